@@ -1,0 +1,187 @@
+"""X.509 helpers shared by the SNP and TDX verifiers.
+
+Thin wrappers over `cryptography` that turn its exceptions into `AttestationError`s with reason
+codes, and that take "now" as a parameter: validity is never checked against the wall clock here.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.utils import CryptographyDeprecationWarning
+
+from contrast.attestation.errors import MalformedEvidence, Reason, VerificationFailed
+
+_PEM_MARKER = b"-----BEGIN CERTIFICATE-----"
+
+
+def load_certificates(data: bytes, *, what: str = "certificate") -> list[x509.Certificate]:
+    """Load one DER certificate or any number of PEM certificates.
+
+    AMD issues VCEKs and VLEKs with serial number 0, which RFC 5280 forbids and `cryptography`
+    loads with a deprecation warning; the warning is silenced here because those certificates are
+    what real hardware presents. Trailing NUL bytes (as in TDX quotes) are ignored.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        try:
+            if _PEM_MARKER in data:
+                certificates = x509.load_pem_x509_certificates(data.rstrip(b"\0"))
+            else:
+                certificates = [x509.load_der_x509_certificate(data)]
+        except (ValueError, TypeError, UnsupportedAlgorithm) as error:
+            raise MalformedEvidence(
+                Reason.MALFORMED_CERTIFICATE,
+                f"{what} is neither a DER nor a PEM X.509 certificate: {error}",
+            ) from None
+    return certificates
+
+
+def load_certificate(data: bytes, *, what: str = "certificate") -> x509.Certificate:
+    """Load exactly one certificate (DER or PEM)."""
+    certificates = load_certificates(data, what=what)
+    if len(certificates) != 1:
+        raise MalformedEvidence(
+            Reason.MALFORMED_CERTIFICATE,
+            f"{what}: expected one certificate, found {len(certificates)}",
+        )
+    return certificates[0]
+
+
+def serial_number(certificate: x509.Certificate) -> int:
+    """The serial number, without the warning `cryptography` gives for AMD's serial 0."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        return certificate.serial_number
+
+
+def common_name(name: x509.Name) -> str:
+    """The subject or issuer CN, or an empty string when there is none."""
+    attributes = name.get_attributes_for_oid(x509.NameOID.COMMON_NAME)
+    value = attributes[0].value if attributes else ""
+    return value if isinstance(value, str) else value.decode(errors="replace")
+
+
+def check_validity(certificate: x509.Certificate, now: datetime, *, what: str) -> None:
+    """Refuse a certificate outside its validity period at `now` (timezone-aware)."""
+    if now < certificate.not_valid_before_utc:
+        raise VerificationFailed(
+            Reason.CERTIFICATE_NOT_YET_VALID,
+            f"{what} is not valid before {certificate.not_valid_before_utc:%Y-%m-%dT%H:%M:%SZ}"
+            f" (checked at {now:%Y-%m-%dT%H:%M:%SZ})",
+            hint="check the system clock or the --at time",
+        )
+    if now > certificate.not_valid_after_utc:
+        raise VerificationFailed(
+            Reason.CERTIFICATE_EXPIRED,
+            f"{what} expired at {certificate.not_valid_after_utc:%Y-%m-%dT%H:%M:%SZ}"
+            f" (checked at {now:%Y-%m-%dT%H:%M:%SZ})",
+        )
+
+
+def verify_issued_by(
+    certificate: x509.Certificate,
+    issuer: x509.Certificate,
+    *,
+    reason: Reason,
+    what: str,
+) -> None:
+    """Check that `issuer` signed `certificate` (RSA-PSS, RSA PKCS#1 or ECDSA) and names match."""
+    try:
+        certificate.verify_directly_issued_by(issuer)
+    except (InvalidSignature, ValueError, TypeError, UnsupportedAlgorithm) as error:
+        detail = str(error) or "the signature does not verify"
+        raise VerificationFailed(
+            reason,
+            f"{what} is not signed by {common_name(issuer.subject) or 'the expected issuer'}:"
+            f" {detail}",
+        ) from None
+
+
+def same_certificate(a: x509.Certificate, b: x509.Certificate) -> bool:
+    """Byte-wise equality of two certificates (DER)."""
+    return a.fingerprint(hashes.SHA256()) == b.fingerprint(hashes.SHA256())
+
+
+def verify_crl(
+    crl: x509.CertificateRevocationList,
+    issuer: x509.Certificate,
+    now: datetime,
+    *,
+    what: str,
+    expired_reason: Reason = Reason.BAD_CRL,
+) -> None:
+    """Check a CRL's signature by `issuer` and that it is current at `now`."""
+    if crl.issuer != issuer.subject or not crl.is_signature_valid(issuer.public_key()):  # type: ignore[arg-type]
+        raise VerificationFailed(
+            Reason.BAD_CRL, f"{what} is not signed by {common_name(issuer.subject)}"
+        )
+    next_update = crl.next_update_utc
+    if now < crl.last_update_utc:
+        raise VerificationFailed(
+            Reason.BAD_CRL, f"{what} is not valid before {crl.last_update_utc:%Y-%m-%dT%H:%M:%SZ}"
+        )
+    if next_update is not None and now > next_update:
+        raise VerificationFailed(
+            expired_reason, f"{what} expired at {next_update:%Y-%m-%dT%H:%M:%SZ}"
+        )
+
+
+def check_not_revoked(
+    crl: x509.CertificateRevocationList, certificate: x509.Certificate, *, what: str
+) -> None:
+    """Refuse a certificate whose serial number the (already verified) CRL lists."""
+    serial = serial_number(certificate)
+    if crl.get_revoked_certificate_by_serial_number(serial) is not None:
+        raise VerificationFailed(
+            Reason.CERTIFICATE_REVOKED,
+            f"{what} (serial {serial:#x}) is revoked by {common_name(crl.issuer)}",
+        )
+
+
+def load_crl(data: bytes, *, what: str) -> x509.CertificateRevocationList:
+    """Load a DER or PEM CRL."""
+    try:
+        if data.lstrip().startswith(b"-----BEGIN"):
+            return x509.load_pem_x509_crl(data)
+        return x509.load_der_x509_crl(data)
+    except ValueError as error:
+        raise MalformedEvidence(
+            Reason.MALFORMED_COLLATERAL, f"{what} is not a DER or PEM CRL: {error}"
+        ) from None
+
+
+def verify_ecdsa(
+    public_key: ec.EllipticCurvePublicKey,
+    r: int,
+    s: int,
+    data: bytes,
+    algorithm: hashes.HashAlgorithm,
+) -> bool:
+    """ECDSA verification from raw (r, s) integers, as AMD and Intel encode signatures."""
+    try:
+        public_key.verify(encode_dss_signature(r, s), data, ec.ECDSA(algorithm))
+    except InvalidSignature:
+        return False
+    return True
+
+
+def parse_time(text: str) -> datetime:
+    """An ISO 8601 instant; a naive time is taken as UTC."""
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(f"not an ISO 8601 time: {text!r}") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def certificate_chain_names(certificates: Sequence[x509.Certificate]) -> str:
+    """`leaf ← intermediate ← root` by CN, for messages."""
+    return " ← ".join(common_name(c.subject) for c in certificates)

@@ -1,0 +1,1 @@
+"""AMD SEV-SNP: attestation reports, VCEK/VLEK endorsements, verification and reference values."""

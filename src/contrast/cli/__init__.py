@@ -1,0 +1,1 @@
+"""The `contrast` command: argument parsing, output and exit codes, no business logic."""

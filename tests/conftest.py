@@ -1,0 +1,56 @@
+"""Shared fixtures: where the conformance data lives.
+
+The attestation vectors are kept outside the repository in ../shared/testdata (CI has them there
+too); tests read them in place rather than copying them in.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+ATTESTATION_DATA = SHARED / "testdata" / "attestation"
+
+
+@dataclass(frozen=True)
+class Vector:
+    """One folder of ../shared/testdata/attestation/{snp,tdx}/ with its expected.json."""
+
+    path: Path
+    expected: dict[str, Any]
+
+    @property
+    def name(self) -> str:
+        return f"{self.path.parent.name}/{self.path.name}"
+
+    def file(self, key: str) -> bytes:
+        return (self.path / self.expected["files"][key]).read_bytes()
+
+    def shared_file(self, relative: str) -> bytes:
+        """A file named relative to the attestation data folder (roots, collateral)."""
+        return (ATTESTATION_DATA / relative).read_bytes()
+
+
+def load_vectors(kind: str) -> list[Vector]:
+    """All vectors of `kind` ("snp" or "tdx"), or an empty list when ../shared is missing."""
+    folder = ATTESTATION_DATA / kind
+    if not folder.is_dir():
+        return []
+    return [
+        Vector(path, json.loads((path / "expected.json").read_text()))
+        for path in sorted(folder.iterdir())
+        if (path / "expected.json").is_file()
+    ]
+
+
+def require_shared() -> None:
+    if not ATTESTATION_DATA.is_dir():
+        pytest.fail(
+            f"conformance data not found at {ATTESTATION_DATA}: clone shared/ beside the repo"
+        )
