@@ -12,10 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 ATTESTATION_DATA = SHARED / "testdata" / "attestation"
+
+# Signature checks take milliseconds and CI has two cores: no per-example deadline, and a bounded
+# number of examples so the whole suite stays well inside CI's time.
+settings.register_profile(
+    "default", deadline=None, max_examples=200, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.load_profile("default")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,159 @@
+"""`contrast evidence verify` end to end on the conformance vectors, through `main()`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contrast.cli.main import main
+from tests.conftest import ATTESTATION_DATA, REPO, Vector, load_vectors
+
+SNP_VECTORS = [v for v in load_vectors("snp") if v.expected["expected"] != "unverifiable"]
+SNP_VECTORS = [v for v in SNP_VECTORS if "report" in v.expected["files"]]
+TDX_VECTORS = load_vectors("tdx")
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def snp_arguments(vector: Vector) -> list[str]:
+    files = vector.expected["files"]
+    arguments = [str(vector.path / files["report"]), "--format", "snp"]
+    arguments += ["--cert", str(vector.path / files["vcek"])]
+    product = vector.expected.get("verify_with", {}).get("product")
+    if product:
+        arguments += ["--product", product]
+    return [*arguments, "--at", vector.expected["valid_at"], "--output", "json"]
+
+
+def tdx_arguments(vector: Vector) -> list[str]:
+    arguments = [str(vector.path / vector.expected["files"]["quote"]), "--format", "tdx"]
+    collateral: dict[str, Any] = vector.expected.get("collateral", {})
+    for key in ("tcb_info", "qe_identity", "tcb_signing_chain", "pck_crl", "root_ca_crl"):
+        if key in collateral:
+            local = vector.path / Path(collateral[key]).name
+            path = (
+                local
+                if key == "tcb_info" and local.exists()
+                else ATTESTATION_DATA / collateral[key]
+            )
+            arguments += ["--collateral", str(path)]
+    return [*arguments, "--at", vector.expected["valid_at"], "--output", "json"]
+
+
+@pytest.mark.parametrize("vector", SNP_VECTORS, ids=lambda v: v.name)
+def test_snp_vector_verdict_and_claims(vector: Vector, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "evidence", "verify", *snp_arguments(vector))
+    result = json.loads(out)
+    expected = vector.expected["expected"]
+    if expected == "valid":
+        assert (code, result["verdict"], result["reason"]) == (0, "valid", None)
+        claims, report = result["claims"], vector.expected["report"]
+        assert claims["version"] == report["version"]
+        assert claims["product"] == report["product"]
+        assert claims["signing_key"] == report["signing_key"].lower()
+        assert claims["guest_policy"] == int(report["policy"], 16)
+        assert claims["vmpl"] == report["vmpl"]
+        assert claims["platform_info"] == int(report["platform_info"], 16)
+        for key in ("measurement", "report_data", "host_data", "chip_id"):
+            assert claims[key] == report[key]
+        tcb = report["reported_tcb"]
+        assert claims["reported_tcb"] == {
+            "bootloader": tcb["bl"],
+            "tee": tcb["tee"],
+            "snp": tcb["snp"],
+            "microcode": tcb["ucode"],
+            "fmc": tcb.get("fmc"),
+        }
+    else:
+        assert code == 1
+        assert result["verdict"] == "invalid"
+        assert result["claims"] is None
+        assert result["reason"] in vector.expected["all_failing_checks"]
+        assert result["reason"] == expected
+
+
+@pytest.mark.parametrize("vector", TDX_VECTORS, ids=lambda v: v.name)
+def test_tdx_vector_verdict_and_claims(vector: Vector, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "evidence", "verify", *tdx_arguments(vector))
+    result = json.loads(out)
+    expected = vector.expected["expected"]
+    if expected != "valid":
+        assert (code, result["verdict"], result["reason"]) == (1, "invalid", expected)
+        return
+    assert (code, result["verdict"]) == (0, "valid")
+    claims, td = result["claims"], vector.expected["td"]
+    assert claims["version"] == vector.expected["quote"]["version"]
+    assert claims["mr_td"] == td["mr_td"]
+    assert claims["rtmrs"] == [td[f"rtmr{i}"] for i in range(4)]
+    assert claims["mr_seam"] == td["mr_seam"]
+    assert claims["report_data"] == td["report_data"]
+    assert claims["td_attributes"] == td["td_attributes"]
+    assert claims["xfam"] == td["xfam"]
+    assert claims["mr_config_id"] == td["mr_config_id"]
+    assert claims["fmspc"] == vector.expected["pck"]["fmspc"]
+    combined = vector.expected.get("collateral", {}).get("combined_tcb_status")
+    if combined is None:
+        assert claims["tcb_status"] is None
+    elif combined.startswith("TCB level not supported"):
+        assert claims["tcb_status"] == "TcbLevelNotSupported"
+    else:
+        assert claims["tcb_status"] == combined
+
+
+def test_bundled_example_verifies_without_at(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's first command: a genuine report whose VCEK is valid until 2032."""
+    example = REPO / "examples" / "evidence" / "snp-milan-oak"
+    code, out, _ = run(
+        capsys,
+        "evidence",
+        "verify",
+        str(example / "report.bin"),
+        "--cert",
+        str(example / "vcek.der"),
+    )
+    assert code == 0
+    assert out.startswith("valid SNP evidence")
+    assert "Milan" in out
+
+
+def test_text_output_names_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    vector = next(v for v in SNP_VECTORS if v.name == "snp/neg-measurement-flipped")
+    arguments = [a for a in snp_arguments(vector) if a not in ("--output", "json")]
+    code, out, _ = run(capsys, "evidence", "verify", *arguments)
+    assert code == 1
+    assert out.startswith("invalid (bad_report_signature): ")
+
+
+def test_missing_file_is_one_line_without_traceback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "evidence", "verify", str(tmp_path / "nope.bin"))
+    assert code == 1
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "cannot read evidence" in err
+    assert "Traceback" not in err
+
+
+def test_undetectable_bytes_explain_what_to_pass(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b"\x01" * 100)
+    code, _, err = run(capsys, "evidence", "verify", str(junk))
+    assert code == 1
+    assert "--format" in err
+
+
+def test_bad_time_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["evidence", "verify", "x", "--at", "yesterday"])
+    assert exit_info.value.code == 2
+    assert "not an ISO 8601 time" in capsys.readouterr().err
