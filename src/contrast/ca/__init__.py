@@ -1,0 +1,1 @@
+"""The Coordinator's certificate authorities and the mesh certificates they issue."""

@@ -1,0 +1,1 @@
+"""The Coordinator's manifest history: content-addressed entries under one signed head."""

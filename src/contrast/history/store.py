@@ -1,0 +1,104 @@
+"""Key-value backends for the history.
+
+The history needs three things from storage: put an immutable entry, read an entry, and replace
+the head only if it still has the value the writer last saw. The file-system backend does that on
+any POSIX file system (a Kubernetes persistent volume included): each write goes to a temporary
+file, is fsynced and renamed over the old one; the compare-and-swap holds an `flock` on a lock file
+so two Coordinator processes on one volume cannot interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Protocol
+
+from contrast.files import write_atomically
+from contrast.history.errors import ConcurrentUpdate, HistoryError
+
+# As the original's ConfigMap store: "<kind>/<name>", so keys map to file and object names.
+KEY_PATTERN = re.compile(r"^[a-zA-Z0-9-]+/[a-zA-Z0-9-]+$")
+
+
+class Store(Protocol):
+    def get(self, key: str) -> bytes | None:
+        """The value at `key`, or None when there is none."""
+
+    def put(self, key: str, value: bytes) -> None:
+        """Write `value` at `key` durably (content-addressed entries never change)."""
+
+    def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
+        """Write `value` at `key` only if it currently holds `expected` (None: absent)."""
+
+
+def check_key(key: str) -> None:
+    if not KEY_PATTERN.fullmatch(key):
+        raise HistoryError(f"invalid history key {key!r}: expected <kind>/<name> in [a-zA-Z0-9-]")
+
+
+class FileSystemStore:
+    """A store in a directory: one file per key, at `<root>/<kind>/<name>`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _path(self, key: str) -> Path:
+        check_key(key)
+        return self.root / key
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as error:
+            raise HistoryError(f"cannot read {key} from {self.root}: {error.strerror}") from None
+
+    def put(self, key: str, value: bytes) -> None:
+        try:
+            write_atomically(self._path(key), value, mode=0o600)
+        except OSError as error:
+            raise HistoryError(f"cannot write {key} to {self.root}: {error.strerror}") from None
+
+    def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
+        with self._locked():
+            current = self.get(key)
+            if current != expected:
+                raise ConcurrentUpdate(
+                    f"{key} changed while it was being updated",
+                    hint="another Coordinator shares this state; retry",
+                )
+            self.put(key, value)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+class MemoryStore:
+    """A store in a dict: for tests and for the CLI's offline checks of a `verify/` history."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        check_key(key)
+        return self.entries.get(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        check_key(key)
+        self.entries[key] = value
+
+    def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
+        if self.get(key) != expected:
+            raise ConcurrentUpdate(f"{key} changed while it was being updated")
+        self.entries[key] = value

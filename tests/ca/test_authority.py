@@ -1,0 +1,109 @@
+"""CA hierarchy: mesh leaves verify against the mesh CA and, through the intermediate, the root."""
+
+from __future__ import annotations
+
+import ipaddress
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID
+
+from contrast.ca.authority import (
+    INTERMEDIATE_COMMON_NAME,
+    ROOT_COMMON_NAME,
+    WORKLOAD_SECRET_ID_OID,
+    CertificateAuthority,
+)
+
+NOW = datetime(2026, 11, 23, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def authority() -> CertificateAuthority:
+    return CertificateAuthority.create(
+        ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1()), now=NOW
+    )
+
+
+def leaf_for(authority: CertificateAuthority, sans: list[str]) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    return authority.issue_mesh_certificate(
+        key.public_key(), sans, now=NOW, workload_secret_id="apps/v1/Deployment/default/web"
+    )
+
+
+def openssl_verify(tmp_path: Path, ca: bytes, leaf: x509.Certificate, *extra: str) -> str:
+    (tmp_path / "ca.pem").write_bytes(ca)
+    (tmp_path / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    result = subprocess.run(
+        [
+            "openssl",
+            "verify",
+            "-attime",
+            str(int(NOW.timestamp())),
+            "-CAfile",
+            str(tmp_path / "ca.pem"),
+            *extra,
+            str(tmp_path / "leaf.pem"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return result.stdout + result.stderr
+
+
+def test_subjects_follow_the_original(authority: CertificateAuthority) -> None:
+    cn = x509.NameOID.COMMON_NAME
+    assert authority.root.subject.get_attributes_for_oid(cn)[0].value == ROOT_COMMON_NAME
+    assert authority.mesh_ca.subject == authority.intermediate.subject
+    assert authority.mesh_ca.subject.get_attributes_for_oid(cn)[0].value == (
+        INTERMEDIATE_COMMON_NAME
+    )
+    assert authority.mesh_ca.public_key() == authority.intermediate.public_key()
+
+
+def test_leaf_verifies_against_the_mesh_ca(authority: CertificateAuthority, tmp_path: Path) -> None:
+    leaf = leaf_for(authority, ["web", "*"])
+    assert "leaf.pem: OK" in openssl_verify(tmp_path, authority.mesh_ca_pem, leaf)
+
+
+def test_leaf_verifies_against_the_root_through_the_intermediate(
+    authority: CertificateAuthority, tmp_path: Path
+) -> None:
+    leaf = leaf_for(authority, ["web"])
+    (tmp_path / "intermediate.pem").write_bytes(authority.intermediate_pem)
+    untrusted = ["-untrusted", str(tmp_path / "intermediate.pem")]
+    assert "leaf.pem: OK" in openssl_verify(tmp_path, authority.root_pem, leaf, *untrusted)
+    assert "OK" not in openssl_verify(tmp_path, authority.root_pem, leaf)
+
+
+def test_a_leaf_from_another_authority_is_refused(
+    authority: CertificateAuthority, tmp_path: Path
+) -> None:
+    other = CertificateAuthority.create(
+        ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1()), now=NOW
+    )
+    assert "OK" not in openssl_verify(tmp_path, authority.mesh_ca_pem, leaf_for(other, ["web"]))
+
+
+def test_sans_usages_and_workload_secret_id(authority: CertificateAuthority) -> None:
+    leaf = leaf_for(authority, ["web", "*", "203.0.113.7", "spiffe://shop.example/web"])
+    names = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["web", "*"]
+    assert names.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("203.0.113.7")]
+    assert names.get_values_for_type(x509.UniformResourceIdentifier) == [
+        "spiffe://shop.example/web"
+    ]
+    usages = leaf.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert set(usages) == {ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH}
+    secret_id = leaf.extensions.get_extension_for_oid(WORKLOAD_SECRET_ID_OID).value
+    assert isinstance(secret_id, x509.UnrecognizedExtension)
+    payload = b"apps/v1/Deployment/default/web"
+    assert secret_id.value == bytes([0x04, len(payload)]) + payload
+    assert leaf.not_valid_before_utc < NOW < leaf.not_valid_after_utc
