@@ -43,7 +43,7 @@ class Method(Generic[Request, Response]):
 
     def handler(
         self, implementation: Callable[[Request, grpc.ServicerContext], Response]
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Request, Response]:
         return grpc.unary_unary_rpc_method_handler(
             implementation,
             request_deserializer=self.request.FromString,
