@@ -1,0 +1,1 @@
+"""Binding attestation evidence to keys: report data, issuers and verifiers."""

@@ -1,0 +1,345 @@
+"""The Coordinator's state machine, independent of gRPC.
+
+States (as the original's `stateguard`): no manifest → ready after the first SetManifest; after a
+restart with a stored history, recovery mode until Recover gets the seed back. State changes are
+serialised by one lock and committed by the history's compare-and-swap of its head, so a crash
+leaves the old or the new state. Reads take the current `State` snapshot without locking.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from contrast.atls.peer import EvidenceVerifier
+from contrast.atls.reportdata import report_data
+from contrast.attestation.errors import AttestationError
+from contrast.attestation.evidence import Evidence
+from contrast.ca.authority import CertificateAuthority
+from contrast.coordinator.errors import (
+    Conflict,
+    CoordinatorError,
+    InvalidRequest,
+    NotReady,
+    PermissionDenied,
+)
+from contrast.coordinator.metrics import CoordinatorMetrics
+from contrast.coordinator.nonces import NonceRegistry
+from contrast.history.errors import BadSignature, ConcurrentUpdate, HistoryError
+from contrast.history.history import ZERO_HASH, History, LatestTransition, Transition, digest
+from contrast.manifest.errors import ManifestError
+from contrast.manifest.model import Manifest
+from contrast.manifest.ownership import OwnershipError, verify_update
+from contrast.seed.engine import SeedEngine, SeedError
+from contrast.seed.shares import SeedShareDocument, load_public_key_hex
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Mode(StrEnum):
+    NO_MANIFEST = "no manifest"
+    RECOVERY = "recovery"
+    READY = "ready"
+
+
+@dataclass(frozen=True)
+class State:
+    """One immutable snapshot of the active state."""
+
+    seed: SeedEngine
+    manifest: Manifest
+    manifest_bytes: bytes
+    authority: CertificateAuthority
+    latest: LatestTransition
+    generation: int
+    verifier: EvidenceVerifier
+
+
+@dataclass(frozen=True)
+class SetManifestResult:
+    root_ca: bytes
+    mesh_ca: bytes
+    # Only for the first manifest: the seed, encrypted to each seed share owner.
+    seed_shares: SeedShareDocument | None
+
+
+@dataclass(frozen=True)
+class ManifestHistory:
+    manifests: list[bytes]
+    policies: list[bytes]
+    root_ca: bytes
+    mesh_ca: bytes
+    latest: LatestTransition
+
+
+@dataclass(frozen=True)
+class MeshCertificate:
+    mesh_ca: bytes
+    cert_chain: bytes
+    root_ca: bytes
+    workload_secret: bytes | None
+
+
+class Coordinator:
+    def __init__(
+        self,
+        history: History,
+        *,
+        verifier_for: Callable[[Manifest], EvidenceVerifier],
+        clock: Clock = utc_now,
+        metrics: CoordinatorMetrics | None = None,
+    ) -> None:
+        self._history = history
+        self._verifier_for = verifier_for
+        self._clock = clock
+        self.metrics = metrics if metrics is not None else CoordinatorMetrics()
+        self._nonces = NonceRegistry()
+        self._lock = threading.Lock()
+        self._state: State | None = None
+        self._recovering = history.has_latest()
+
+    @property
+    def mode(self) -> Mode:
+        if self._state is not None:
+            return Mode.READY
+        return Mode.RECOVERY if self._recovering else Mode.NO_MANIFEST
+
+    def _ready_state(self) -> State:
+        state = self._state
+        if state is not None:
+            return state
+        if self._recovering:
+            raise NotReady(
+                "the Coordinator is in recovery mode", hint="run contrast recover with a seed share"
+            )
+        raise NotReady("no manifest is set", hint="run contrast set")
+
+    # UserAPI ---------------------------------------------------------------------------------
+
+    def set_manifest(
+        self,
+        manifest_bytes: bytes,
+        policies: Sequence[bytes],
+        *,
+        previous_transition_hash: bytes = b"",
+        owner_public_key: bytes = b"",
+        signature: bytes = b"",
+    ) -> SetManifestResult:
+        try:
+            manifest = Manifest.from_bytes(manifest_bytes)
+        except ManifestError as error:
+            raise InvalidRequest(error.explain()) from None
+        documents = {digest(policy).hex(): policy for policy in policies}
+        missing = sorted(set(manifest.policies) - set(documents))
+        if missing:
+            raise InvalidRequest(
+                f"no policy document was sent for the manifest's policy hash {missing[0]}",
+                hint="send the policies (initdata) of every workload in the manifest",
+            )
+        with self._lock:
+            if self._recovering:
+                raise NotReady("the Coordinator is in recovery mode", hint="run contrast recover")
+            state = self._state
+            if state is None:
+                seed = SeedEngine.generate()
+                owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
+                shares: SeedShareDocument | None = SeedShareDocument.create(
+                    seed.seed, seed.salt, owners
+                )
+                expected_latest, previous, generation = None, ZERO_HASH, 1
+            else:
+                self._authorize_update(
+                    state,
+                    manifest,
+                    manifest_bytes=manifest_bytes,
+                    previous_transition_hash=previous_transition_hash,
+                    owner_public_key=owner_public_key,
+                    signature=signature,
+                )
+                seed, shares = state.seed, None
+                expected_latest = state.latest
+                previous, generation = state.latest.transition_hash, state.generation + 1
+            for hash_hex in manifest.policies:
+                self._history.put_policy(documents[hash_hex])
+            manifest_hash = self._history.put_manifest(manifest_bytes)
+            transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
+            try:
+                latest = self._history.set_latest(
+                    expected_latest, transition_hash, seed.transaction_signing_key
+                )
+            except ConcurrentUpdate as error:
+                raise Conflict(error.explain()) from None
+            self._state = self._activate(seed, manifest, manifest_bytes, latest, generation)
+            authority = self._state.authority
+        return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
+
+    def _authorize_update(
+        self,
+        state: State,
+        manifest: Manifest,
+        *,
+        manifest_bytes: bytes,
+        previous_transition_hash: bytes,
+        owner_public_key: bytes,
+        signature: bytes,
+    ) -> None:
+        if previous_transition_hash and previous_transition_hash != state.latest.transition_hash:
+            raise Conflict(
+                "the update follows a transition that is no longer the latest",
+                hint="run contrast verify to see the current manifest, then set again",
+            )
+        if not owner_public_key or not signature:
+            raise PermissionDenied(
+                "a manifest is already set: updates need a workload owner's signature",
+                hint="pass --workload-owner-key with a key the active manifest lists",
+            )
+        try:
+            verify_update(
+                owner_public_key,
+                signature,
+                manifest_bytes,
+                state.latest.transition_hash,
+                allowed_digests=state.manifest.workload_owner_key_digests,
+            )
+        except OwnershipError as error:
+            raise PermissionDenied(error.message, hint=error.hint) from None
+        if manifest.seedshare_owner_pub_keys != state.manifest.seedshare_owner_pub_keys:
+            raise PermissionDenied(
+                "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
+            )
+
+    def _activate(
+        self,
+        seed: SeedEngine,
+        manifest: Manifest,
+        manifest_bytes: bytes,
+        latest: LatestTransition,
+        generation: int,
+    ) -> State:
+        # A new mesh CA key for every manifest and every recovery, as the original: a mesh CA
+        # pins one manifest, while the seed-derived root CA spans all of them.
+        mesh_key = ec.generate_private_key(ec.SECP384R1())
+        authority = CertificateAuthority.create(seed.root_ca_key, mesh_key, now=self._clock())
+        self.metrics.manifest_generation.set(generation)
+        return State(
+            seed,
+            manifest,
+            manifest_bytes,
+            authority,
+            latest,
+            generation,
+            self._verifier_for(manifest),
+        )
+
+    def get_manifests(self) -> ManifestHistory:
+        state = self._ready_state()
+        try:
+            manifests = self._history.manifests(state.latest.transition_hash)
+            policies = [
+                self._history.get_policy(bytes.fromhex(hash_hex))
+                for hash_hex in state.manifest.policies
+            ]
+        except HistoryError as error:
+            raise CoordinatorError(f"the stored history is unreadable: {error}") from None
+        return ManifestHistory(
+            manifests,
+            policies,
+            state.authority.root_pem,
+            state.authority.mesh_ca_pem,
+            state.latest,
+        )
+
+    def recover(self, seed: bytes, salt: bytes, *, expected_transition_hash: bytes = b"") -> None:
+        with self._lock:
+            if not self._recovering:
+                if self._state is not None:
+                    raise NotReady("the Coordinator is not in recovery mode: already recovered")
+                raise NotReady("there is nothing to recover", hint="run contrast set")
+            try:
+                engine = SeedEngine(seed, salt)
+            except SeedError as error:
+                raise InvalidRequest(error.explain()) from None
+            try:
+                latest = self._history.get_latest(engine.transaction_signing_key.public_key())
+            except BadSignature:
+                raise PermissionDenied(
+                    "the seed does not belong to this Coordinator's history",
+                    hint="use the seed share of this deployment",
+                ) from None
+            if expected_transition_hash and expected_transition_hash != latest.transition_hash:
+                raise PermissionDenied(
+                    "the stored history head is not the one you last verified:"
+                    " the Coordinator's state was rolled back or replaced",
+                    hint="do not trust this deployment's state; investigate the volume",
+                )
+            try:
+                chain = list(self._history.walk(latest.transition_hash))
+                manifest_bytes = self._history.get_manifest(chain[0][1].manifest_hash)
+                for _, transition in chain[1:]:
+                    self._history.get_manifest(transition.manifest_hash)
+                manifest = Manifest.from_bytes(manifest_bytes)
+            except (HistoryError, ManifestError) as error:
+                raise PermissionDenied(
+                    f"the stored history does not check out: {error.explain()}",
+                    hint="the Coordinator's state was tampered with",
+                ) from None
+            self._state = self._activate(engine, manifest, manifest_bytes, latest, len(chain))
+            self._recovering = False
+
+    # MeshAPI ---------------------------------------------------------------------------------
+
+    def new_nonce(self) -> bytes:
+        return self._nonces.issue(self._clock())
+
+    def new_mesh_certificate(
+        self, nonce: bytes, public_key: bytes, evidence: Evidence
+    ) -> MeshCertificate:
+        state = self._ready_state()
+        now = self._clock()
+        if not self._nonces.consume(nonce, now):
+            raise PermissionDenied(
+                "the nonce is unknown, expired or already used",
+                hint="get a fresh nonce and new evidence for it",
+            )
+        try:
+            key = serialization.load_der_public_key(public_key)
+        except ValueError:
+            raise InvalidRequest("the public key is not PKIX DER") from None
+        if not isinstance(key, ec.EllipticCurvePublicKey):
+            raise InvalidRequest("mesh certificates are issued for ECDSA keys only")
+        try:
+            peer = state.verifier.verify(
+                evidence, report_data=report_data(public_key, nonce), now=now
+            )
+        except AttestationError as error:
+            self.metrics.attestation_failures.inc()
+            raise PermissionDenied(
+                f"evidence refused ({error.reason}): {error.explain()}"
+            ) from None
+        entry = state.manifest.policies.get(peer.policy_hash.hex())
+        if entry is None:
+            self.metrics.attestation_failures.inc()
+            raise PermissionDenied(
+                f"policy hash {peer.policy_hash.hex()} is not in the active manifest"
+            )
+        leaf = state.authority.issue_mesh_certificate(
+            key, entry.sans, now=now, workload_secret_id=entry.workload_secret_id or None
+        )
+        secret = (
+            state.seed.workload_secret(entry.workload_secret_id)
+            if entry.workload_secret_id
+            else None
+        )
+        self.metrics.mesh_certificates.inc()
+        chain = leaf.public_bytes(serialization.Encoding.PEM) + state.authority.intermediate_pem
+        return MeshCertificate(state.authority.mesh_ca_pem, chain, state.authority.root_pem, secret)
