@@ -114,6 +114,12 @@ class Coordinator:
             return Mode.READY
         return Mode.RECOVERY if self._recovering else Mode.NO_MANIFEST
 
+    @property
+    def generation(self) -> int:
+        """How many manifests the active history holds (0 before the first)."""
+        state = self._state
+        return 0 if state is None else state.generation
+
     def _ready_state(self) -> State:
         state = self._state
         if state is not None:

@@ -1,0 +1,214 @@
+"""The Coordinator's network face: gRPC UserAPI and MeshAPI over TLS, metrics and probes over HTTP.
+
+Each servicer method turns a request into a call on `Coordinator` and a `CoordinatorError` into
+its gRPC status with a one-line message; anything else is a bug and is logged with its traceback
+but answered with a bare INTERNAL, so no internal detail (or secret) reaches a caller.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import NoReturn, TypeVar
+
+import grpc
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from contrast.api import meshapi_pb2, services, userapi_pb2
+from contrast.api.convert import evidence_from_proto, evidence_to_proto, seed_shares_to_proto
+from contrast.atls.identity import TlsIdentity
+from contrast.atls.peer import Issuer
+from contrast.atls.reportdata import NONCE_SIZE, report_data
+from contrast.attestation.errors import AttestationError
+from contrast.coordinator.core import Coordinator, Mode
+from contrast.coordinator.errors import CoordinatorError, InvalidRequest
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
+    context.abort(getattr(grpc.StatusCode, error.status.value), error.explain())
+    raise AssertionError("unreachable: abort raises")
+
+
+@contextmanager
+def _errors_as_status(context: grpc.ServicerContext, method: str) -> Iterator[None]:
+    try:
+        yield
+    except CoordinatorError as error:
+        log.info("%s refused: %s", method, error.explain())
+        _abort(context, error)
+    except AttestationError as error:
+        log.info("%s refused: %s", method, error.explain())
+        _abort(context, InvalidRequest(error.explain()))
+
+
+class UserApi:
+    def __init__(self, coordinator: Coordinator, identity: TlsIdentity, issuer: Issuer) -> None:
+        self._coordinator = coordinator
+        self._identity = identity
+        self._issuer = issuer
+
+    def attest(
+        self, request: userapi_pb2.AttestRequest, context: grpc.ServicerContext
+    ) -> userapi_pb2.AttestResponse:
+        with _errors_as_status(context, "Attest"):
+            if len(request.Nonce) != NONCE_SIZE:
+                raise InvalidRequest(f"the nonce must be {NONCE_SIZE} bytes")
+            evidence = self._issuer.issue(report_data(self._identity.public_key_der, request.Nonce))
+            return userapi_pb2.AttestResponse(Evidence=evidence_to_proto(evidence))
+
+    def set_manifest(
+        self, request: userapi_pb2.SetManifestRequest, context: grpc.ServicerContext
+    ) -> userapi_pb2.SetManifestResponse:
+        with _errors_as_status(context, "SetManifest"):
+            result = self._coordinator.set_manifest(
+                request.Manifest,
+                list(request.Policies),
+                previous_transition_hash=request.PreviousTransitionHash,
+                owner_public_key=request.WorkloadOwnerPublicKey,
+                signature=request.Signature,
+            )
+            log.info("manifest set (generation %s)", self._coordinator.generation)
+            response = userapi_pb2.SetManifestResponse(RootCA=result.root_ca, MeshCA=result.mesh_ca)
+            if result.seed_shares is not None:
+                response.SeedSharesDoc.CopyFrom(seed_shares_to_proto(result.seed_shares))
+            return response
+
+    def get_manifests(
+        self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
+    ) -> userapi_pb2.GetManifestsResponse:
+        with _errors_as_status(context, "GetManifests"):
+            history = self._coordinator.get_manifests()
+            return userapi_pb2.GetManifestsResponse(
+                Manifests=history.manifests,
+                Policies=history.policies,
+                RootCA=history.root_ca,
+                MeshCA=history.mesh_ca,
+                LatestTransition=userapi_pb2.SignedTransition(
+                    TransitionHash=history.latest.transition_hash,
+                    Signature=history.latest.signature,
+                ),
+            )
+
+    def recover(
+        self, request: userapi_pb2.RecoverRequest, context: grpc.ServicerContext
+    ) -> userapi_pb2.RecoverResponse:
+        with _errors_as_status(context, "Recover"):
+            self._coordinator.recover(
+                request.Seed,
+                request.Salt,
+                expected_transition_hash=request.ExpectedTransitionHash,
+            )
+            log.info("recovered from a seed share")
+            return userapi_pb2.RecoverResponse()
+
+
+class MeshApi:
+    def __init__(self, coordinator: Coordinator) -> None:
+        self._coordinator = coordinator
+
+    def get_nonce(
+        self, request: meshapi_pb2.GetNonceRequest, context: grpc.ServicerContext
+    ) -> meshapi_pb2.GetNonceResponse:
+        return meshapi_pb2.GetNonceResponse(Nonce=self._coordinator.new_nonce())
+
+    def new_mesh_cert(
+        self, request: meshapi_pb2.NewMeshCertRequest, context: grpc.ServicerContext
+    ) -> meshapi_pb2.NewMeshCertResponse:
+        with _errors_as_status(context, "NewMeshCert"):
+            certificate = self._coordinator.new_mesh_certificate(
+                request.Nonce, request.PublicKey, evidence_from_proto(request.Evidence)
+            )
+            log.info("issued a mesh certificate to %s", context.peer())
+            return meshapi_pb2.NewMeshCertResponse(
+                MeshCACert=certificate.mesh_ca,
+                CertChain=certificate.cert_chain,
+                RootCACert=certificate.root_ca,
+                WorkloadSecret=certificate.workload_secret or b"",
+            )
+
+
+@dataclass(frozen=True)
+class Ports:
+    user_api: int
+    mesh_api: int
+    http: int
+
+
+class CoordinatorServer:
+    """Both gRPC servers and the HTTP endpoint, started and stopped together."""
+
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        issuer: Issuer,
+        identity: TlsIdentity,
+        *,
+        host: str = "0.0.0.0",  # noqa: S104 - the Coordinator serves the cluster
+        ports: Ports = Ports(1313, 7777, 9102),
+    ) -> None:
+        self.coordinator = coordinator
+        credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
+        self._user = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self._user.add_generic_rpc_handlers(
+            [services.user_api_handler(UserApi(coordinator, identity, issuer))]
+        )
+        self._mesh = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self._mesh.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator))])
+        user_port = self._user.add_secure_port(f"{host}:{ports.user_api}", credentials)
+        mesh_port = self._mesh.add_secure_port(f"{host}:{ports.mesh_api}", credentials)
+        self._http = ThreadingHTTPServer((host, ports.http), _http_handler(coordinator))
+        self.ports = Ports(user_port, mesh_port, self._http.server_address[1])
+
+    def start(self) -> None:
+        self._user.start()
+        self._mesh.start()
+        threading.Thread(target=self._http.serve_forever, daemon=True).start()
+
+    def stop(self, grace: float = 2.0) -> None:
+        self._user.stop(grace).wait()
+        self._mesh.stop(grace).wait()
+        self._http.shutdown()
+        self._http.server_close()
+
+    def wait(self) -> None:
+        self._user.wait_for_termination()
+
+
+def _http_handler(coordinator: Coordinator) -> type[BaseHTTPRequestHandler]:
+    probes: dict[str, Callable[[], bool]] = {
+        "/probe/startup": lambda: True,
+        "/probe/liveness": lambda: True,
+        "/probe/readiness": lambda: coordinator.mode is Mode.READY,
+    }
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/metrics":
+                self._reply(200, generate_latest(coordinator.metrics.registry), CONTENT_TYPE_LATEST)
+            elif self.path in probes:
+                healthy = probes[self.path]()
+                body = f"{coordinator.mode}\n".encode()
+                self._reply(200 if healthy else 503, body, "text/plain")
+            else:
+                self._reply(404, b"not found\n", "text/plain")
+
+        def _reply(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            log.debug("http: " + format, *args)
+
+    return Handler
