@@ -282,12 +282,6 @@ class Coordinator:
                     "the seed does not belong to this Coordinator's history",
                     hint="use the seed share of this deployment",
                 ) from None
-            if expected_transition_hash and expected_transition_hash != latest.transition_hash:
-                raise PermissionDenied(
-                    "the stored history head is not the one you last verified:"
-                    " the Coordinator's state was rolled back or replaced",
-                    hint="do not trust this deployment's state; investigate the volume",
-                )
             try:
                 chain = list(self._history.walk(latest.transition_hash))
                 manifest_bytes = self._history.get_manifest(chain[0][1].manifest_hash)
@@ -299,6 +293,16 @@ class Coordinator:
                     f"the stored history does not check out: {error.explain()}",
                     hint="the Coordinator's state was tampered with",
                 ) from None
+            # The head the seed share owner last saw must be in the stored chain: a newer head
+            # is a legitimate update, a missing one means the store was rolled back or replaced.
+            if expected_transition_hash and expected_transition_hash not in {
+                transition_hash for transition_hash, _ in chain
+            }:
+                raise PermissionDenied(
+                    "the stored history does not contain the transition you last verified:"
+                    " the Coordinator's state was rolled back or replaced",
+                    hint="do not trust this deployment's state; investigate its volume",
+                )
             self._state = self._activate(engine, manifest, manifest_bytes, latest, len(chain))
             self._recovering = False
 
