@@ -143,6 +143,7 @@ class Coordinator:
     ) -> SetManifestResult:
         try:
             manifest = Manifest.from_bytes(manifest_bytes)
+            verifier = self._verifier_for(manifest)
         except ManifestError as error:
             raise InvalidRequest(error.explain()) from None
         documents = {digest(policy).hex(): policy for policy in policies}
@@ -185,7 +186,14 @@ class Coordinator:
                 )
             except ConcurrentUpdate as error:
                 raise Conflict(error.explain()) from None
-            self._state = self._activate(seed, manifest, manifest_bytes, latest, generation)
+            self._state = self._activate(
+                seed,
+                manifest,
+                manifest_bytes,
+                latest=latest,
+                generation=generation,
+                verifier=verifier,
+            )
             authority = self._state.authority
         return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
 
@@ -229,23 +237,17 @@ class Coordinator:
         seed: SeedEngine,
         manifest: Manifest,
         manifest_bytes: bytes,
+        *,
         latest: LatestTransition,
         generation: int,
+        verifier: EvidenceVerifier,
     ) -> State:
         # A new mesh CA key for every manifest and every recovery, as the original: a mesh CA
         # pins one manifest, while the seed-derived root CA spans all of them.
         mesh_key = ec.generate_private_key(ec.SECP384R1())
         authority = CertificateAuthority.create(seed.root_ca_key, mesh_key, now=self._clock())
         self.metrics.manifest_generation.set(generation)
-        return State(
-            seed,
-            manifest,
-            manifest_bytes,
-            authority,
-            latest,
-            generation,
-            self._verifier_for(manifest),
-        )
+        return State(seed, manifest, manifest_bytes, authority, latest, generation, verifier)
 
     def get_manifests(self) -> ManifestHistory:
         state = self._ready_state()
@@ -288,6 +290,7 @@ class Coordinator:
                 for _, transition in chain[1:]:
                     self._history.get_manifest(transition.manifest_hash)
                 manifest = Manifest.from_bytes(manifest_bytes)
+                verifier = self._verifier_for(manifest)
             except (HistoryError, ManifestError) as error:
                 raise PermissionDenied(
                     f"the stored history does not check out: {error.explain()}",
@@ -303,7 +306,14 @@ class Coordinator:
                     " the Coordinator's state was rolled back or replaced",
                     hint="do not trust this deployment's state; investigate its volume",
                 )
-            self._state = self._activate(engine, manifest, manifest_bytes, latest, len(chain))
+            self._state = self._activate(
+                engine,
+                manifest,
+                manifest_bytes,
+                latest=latest,
+                generation=len(chain),
+                verifier=verifier,
+            )
             self._recovering = False
 
     # MeshAPI ---------------------------------------------------------------------------------
