@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from contrast.attestation import certificates
+from contrast.attestation.certificates import parse_time
 from contrast.attestation.errors import EvidenceUnavailable, MalformedEvidence, Reason
 from contrast.attestation.evidence import Platform
 from contrast.attestation.guest import issuer
 from contrast.attestation.guest.issuer import EvidenceFormat, GuestEvidence
+from contrast.attestation.snp import trust, verify
 from contrast.attestation.snp.certtable import CRL_GUID, VCEK_GUID, CertTable
 from contrast.errors import ContrastError
 from tests.attestation.guest.fakes import (
@@ -20,7 +24,7 @@ from tests.attestation.guest.fakes import (
     snp_cert_table,
     vcek_der,
 )
-from tests.conftest import require_shared
+from tests.conftest import ATTESTATION_DATA, require_shared
 
 REPORT_DATA = bytes(range(1, 65))
 
@@ -176,3 +180,29 @@ def test_to_evidence_with_a_broken_table() -> None:
     with pytest.raises(MalformedEvidence) as raised:
         guest.to_evidence()
     assert raised.value.reason is Reason.MALFORMED_CERT_TABLE
+
+
+def test_issued_evidence_verifies_end_to_end(configfs_root: Path, dev_dir: Path) -> None:
+    """The real report, asked for with its own REPORT_DATA, comes out verifiable.
+
+    The fake kernel puts our report data into the real report, so with the report data the report
+    was signed over the bytes are unchanged and the genuine AMD chain must accept them.
+    """
+    vector = ATTESTATION_DATA / "snp" / "oak-milan-v3-rk-release"
+    expected = json.loads((vector / "expected.json").read_text())
+    report_data = bytes.fromhex(expected["report"]["report_data"])
+    kernel = FakeTsmKernel(auxblob=snp_cert_table())
+
+    evidence = issuer.issue(
+        report_data, configfs_root=configfs_root, dev_dir=dev_dir, filesystem=kernel
+    ).to_evidence()
+
+    assert evidence.report == (vector / "report.bin").read_bytes()
+    chain = [certificates.load_certificate(blob) for blob in evidence.endorsements]
+    verified = verify.verify_evidence(
+        evidence.report,
+        chain,
+        now=parse_time(expected["valid_at"]),
+        roots=trust.GENUINE_AMD_ROOTS,
+    )
+    assert verified.report.report_data == report_data
