@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +18,7 @@ from contrast.attestation.guest import issuer
 from contrast.attestation.guest.issuer import EvidenceFormat, GuestEvidence
 from contrast.attestation.snp import trust, verify
 from contrast.attestation.snp.certtable import CRL_GUID, VCEK_GUID, CertTable
+from contrast.attestation.snp.kds import HttpResponse, KdsClient
 from contrast.errors import ContrastError
 from tests.attestation.guest.fakes import (
     FakeSevGuest,
@@ -206,3 +210,68 @@ def test_issued_evidence_verifies_end_to_end(configfs_root: Path, dev_dir: Path)
         roots=trust.GENUINE_AMD_ROOTS,
     )
     assert verified.report.report_data == report_data
+
+
+class RecordingFetch:
+    """A `kds.Fetch` that answers every URL with one response (or error) and records the URLs."""
+
+    def __init__(self, answer: HttpResponse | OSError) -> None:
+        self.answer = answer
+        self.urls: list[str] = []
+
+    def __call__(self, url: str) -> HttpResponse:
+        self.urls.append(url)
+        if isinstance(self.answer, OSError):
+            raise self.answer
+        return self.answer
+
+
+def real_milan_evidence() -> tuple[GuestEvidence, dict[str, Any]]:
+    vector = ATTESTATION_DATA / "snp" / "oak-milan-v3-rk-release"
+    expected = json.loads((vector / "expected.json").read_text())
+    report = (vector / "report.bin").read_bytes()
+    return GuestEvidence(Platform.SNP, EvidenceFormat.SNP_REPORT, report, None, "test"), expected
+
+
+def test_missing_vcek_is_fetched_from_the_kds() -> None:
+    guest, expected = real_milan_evidence()
+    fetch = RecordingFetch(HttpResponse(200, vcek_der()))
+
+    evidence = guest.to_evidence(kds=KdsClient(None, fetch=fetch))
+
+    assert fetch.urls == [
+        f"https://kdsintf.amd.com/vcek/v1/Milan/{expected['report']['chip_id']}"
+        "?blSPL=4&teeSPL=0&snpSPL=24&ucodeSPL=219"
+    ]
+    assert evidence.endorsements == (vcek_der(),)
+    verified = verify.verify_evidence(
+        evidence.report,
+        [certificates.load_certificate(evidence.endorsements[0])],
+        now=parse_time(expected["valid_at"]),
+        roots=trust.GENUINE_AMD_ROOTS,
+    )
+    assert verified.report.chip_id.hex() == expected["report"]["chip_id"]
+
+
+def test_host_supplied_vcek_is_not_fetched_again() -> None:
+    guest, _ = real_milan_evidence()
+    guest = dataclasses.replace(guest, aux_blob=snp_cert_table())
+    fetch = RecordingFetch(OSError("must not be called"))
+
+    evidence = guest.to_evidence(kds=KdsClient(None, fetch=fetch))
+
+    assert fetch.urls == []
+    assert evidence.endorsements[0] == vcek_der()
+
+
+def test_kds_failure_sends_the_evidence_without_a_vcek(caplog: pytest.LogCaptureFixture) -> None:
+    guest, _ = real_milan_evidence()
+    fetch = RecordingFetch(OSError("network is unreachable"))
+
+    with caplog.at_level(logging.WARNING, logger=issuer.__name__):
+        evidence = guest.to_evidence(kds=KdsClient(None, fetch=fetch, sleep=lambda _: None))
+
+    assert evidence.endorsements == ()
+    assert len(fetch.urls) == 4
+    assert "sending the evidence without a VCEK" in caplog.text
+    assert "network is unreachable" in caplog.text

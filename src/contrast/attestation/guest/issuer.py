@@ -9,11 +9,14 @@ remote verifier).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from contrast.attestation.errors import EvidenceUnavailable, Reason
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from contrast.attestation.errors import EvidenceUnavailable, MalformedEvidence, Reason
 from contrast.attestation.evidence import Evidence, Platform
 from contrast.attestation.guest import configfs, sevguest, tdxguest
 from contrast.attestation.guest.ioctl import Ioctl, system_ioctl
@@ -26,6 +29,10 @@ from contrast.attestation.snp.certtable import (
     VLEK_GUID,
     CertTable,
 )
+from contrast.attestation.snp.kds import KdsClient
+from contrast.attestation.snp.report import Report, SigningKey
+
+log = logging.getLogger(__name__)
 
 SEV_GUEST_DEVICE = "sev-guest"
 TDX_GUEST_DEVICE = "tdx_guest"
@@ -52,10 +59,14 @@ class GuestEvidence:
     # "configfs-tsm (sev_guest)", "/dev/sev-guest", "/dev/tdx_guest": for messages and logs.
     source: str
 
-    def to_evidence(self) -> Evidence:
+    def to_evidence(self, *, kds: KdsClient | None = None) -> Evidence:
         """The `Evidence` a verifier takes: the report or quote, and the host's certificates.
 
-        Raises MalformedEvidence for a certificate table that does not parse, and
+        With `kds`, an SNP report whose host supplied no VCEK gets one from the AMD KDS, as
+        Contrast's issuer does, so verifiers need no KDS access of their own. That fetch is a
+        convenience: when it fails the evidence goes out without the VCEK and a warning is logged.
+
+        Raises MalformedEvidence for a certificate table or report that does not parse, and
         EvidenceUnavailable for a TDREPORT, which no remote verifier can check.
         """
         if self.format is EvidenceFormat.TDREPORT:
@@ -66,13 +77,47 @@ class GuestEvidence:
                 hint="mount configfs at /sys/kernel/config (Linux 6.7+ with CONFIG_TSM_REPORTS)"
                 " and run the host's Quote Generation Service",
             )
-        endorsements: tuple[bytes, ...] = ()
-        if self.aux_blob:
-            table = CertTable.from_bytes(self.aux_blob)
-            endorsements = tuple(
-                blob for guid in _ENDORSEMENT_ORDER if (blob := table.get(guid)) is not None
-            )
+        # An empty blob parses as an empty table.
+        table = CertTable.from_bytes(self.aux_blob or b"")
+        endorsements = tuple(
+            blob for guid in _ENDORSEMENT_ORDER if (blob := table.get(guid)) is not None
+        )
+        missing_signing_key = table.signing_certificate is None
+        if self.platform is Platform.SNP and kds is not None and missing_signing_key:
+            vcek = _vcek_from_kds(self.evidence, kds)
+            if vcek is not None:
+                endorsements = (vcek, *endorsements)
         return Evidence(self.platform, self.evidence, endorsements)
+
+
+def _vcek_from_kds(report_bytes: bytes, kds: KdsClient) -> bytes | None:
+    """The DER VCEK for a report, or None (logged) when the KDS cannot provide it."""
+    report = Report.from_bytes(report_bytes)
+    if report.signing_key is not SigningKey.VCEK:
+        log.warning(
+            "the report is signed by its %s, which the KDS does not serve", report.signing_key.label
+        )
+        return None
+    if report.product is None:
+        log.warning(
+            "cannot tell the product of a version %d report; not fetching its VCEK", report.version
+        )
+        return None
+    tcb = report.reported_tcb
+    try:
+        vcek = kds.vcek(
+            report.product.value,
+            report.chip_id,
+            bootloader=tcb.bootloader,
+            tee=tcb.tee,
+            snp=tcb.snp,
+            microcode=tcb.microcode,
+            fmc=tcb.fmc,
+        )
+    except (EvidenceUnavailable, MalformedEvidence) as error:
+        log.warning("sending the evidence without a VCEK: %s", error.explain())
+        return None
+    return vcek.public_bytes(Encoding.DER)
 
 
 def issue(
