@@ -260,6 +260,18 @@ def test_rate_limit_honours_retry_after(
     assert sleeps == [7.0]
 
 
+def test_retry_after_as_a_date_falls_back_to_the_backoff(
+    server: KdsServer, tmp_path: Path, sleeps: list[float]
+) -> None:
+    server.serve(
+        "/vcek/v1/Milan/cert_chain",
+        (503, b"later", {"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}),
+        (200, milan_chain_pem()),
+    )
+    client(server, tmp_path, sleeps, backoff=0.5).cert_chain("Milan")
+    assert sleeps == [0.5]
+
+
 def test_persistent_server_error_fails_after_the_attempts(
     server: KdsServer, tmp_path: Path, sleeps: list[float]
 ) -> None:

@@ -30,6 +30,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from email.message import Message
 from pathlib import Path
 from typing import TypeVar
 
@@ -94,8 +95,9 @@ class UrllibFetch:
             raise ConnectionError(f"{type(error).__name__}: {error}") from None
 
 
-def _retry_after(headers: object) -> float | None:
-    value = getattr(headers, "get", lambda _: None)("Retry-After")
+def _retry_after(headers: Message) -> float | None:
+    """A Retry-After in seconds; the HTTP-date form is ignored (the backoff applies instead)."""
+    value = headers.get("Retry-After")
     try:
         return float(value) if value is not None else None
     except ValueError:
