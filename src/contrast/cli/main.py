@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from contrast import __version__
-from contrast.cli import evidence
+from contrast.cli import components, demo, evidence, userapi
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show debug logs and tracebacks of failures"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    demo.register(commands)
+    userapi.register(commands)
+    components.register(commands)
     evidence.register(commands)
     return parser
 

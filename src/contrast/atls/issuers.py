@@ -1,0 +1,70 @@
+"""Issuers: evidence from the emulated TEE or from the hardware the process runs on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.emulated.tdx import EmulatedTdx
+from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.guest import issuer as guest
+from contrast.errors import ContrastError
+
+POLICY_HASH_SIZE = 32
+MR_CONFIG_ID_SIZE = 48
+
+
+class TeeKind(StrEnum):
+    HARDWARE = "hardware"
+    EMULATED_SNP = "emulated-snp"
+    EMULATED_TDX = "emulated-tdx"
+
+
+@dataclass(frozen=True)
+class EmulatedSnpIssuer:
+    """SNP reports from the emulated TEE, with HOST_DATA set as the hypervisor would."""
+
+    tee: EmulatedSnp
+    policy_hash: bytes
+
+    def issue(self, report_data: bytes) -> Evidence:
+        report, endorsements = self.tee.issue(report_data, self.policy_hash)
+        return Evidence(Platform.SNP, report, tuple(endorsements))
+
+
+@dataclass(frozen=True)
+class EmulatedTdxIssuer:
+    """TDX quotes from the emulated TEE, with MRCONFIGID = policy hash ‖ 16 zero bytes."""
+
+    tee: EmulatedTdx
+    policy_hash: bytes
+
+    def issue(self, report_data: bytes) -> Evidence:
+        mr_config_id = self.policy_hash.ljust(MR_CONFIG_ID_SIZE, b"\0")
+        return Evidence(Platform.TDX, self.tee.issue(report_data, mr_config_id))
+
+
+class HardwareIssuer:
+    """Evidence from the SEV-SNP or TDX guest this process runs in."""
+
+    def issue(self, report_data: bytes) -> Evidence:
+        return guest.issue(report_data).to_evidence()
+
+
+def make_issuer(
+    kind: TeeKind, *, state_dir: Path | None, policy_hash: bytes | None
+) -> EmulatedSnpIssuer | EmulatedTdxIssuer | HardwareIssuer:
+    if kind is TeeKind.HARDWARE:
+        return HardwareIssuer()
+    if state_dir is None or policy_hash is None:
+        raise ContrastError(
+            "the emulated TEE needs its state directory and the workload's policy hash",
+            hint="pass --tee-state DIR and --policy-hash HEX",
+        )
+    if len(policy_hash) != POLICY_HASH_SIZE:
+        raise ContrastError(f"a policy hash is {POLICY_HASH_SIZE} bytes, got {len(policy_hash)}")
+    if kind is TeeKind.EMULATED_SNP:
+        return EmulatedSnpIssuer(EmulatedSnp(state_dir), policy_hash)
+    return EmulatedTdxIssuer(EmulatedTdx(state_dir), policy_hash)

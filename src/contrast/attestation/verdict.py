@@ -1,0 +1,137 @@
+"""One entry point for "is this evidence valid?", whichever TEE produced it.
+
+The CLI's `evidence verify` uses it to turn raw files into a `Verdict`: authentic or not, why,
+and the claims a verifier may rely on. Refusals are values here, not exceptions, so callers can
+print or serialise them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography import x509
+
+from contrast.attestation import certificates
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.emulated.tdx import EmulatedTdx
+from contrast.attestation.errors import AttestationError, MalformedEvidence, Reason
+from contrast.attestation.evidence import Platform
+from contrast.attestation.snp import verify as snp_verify
+from contrast.attestation.snp.report import Product
+from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore
+from contrast.attestation.tdx import verify as tdx_verify
+from contrast.attestation.tdx.collateral import load_collateral
+from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
+from contrast.errors import ContrastError
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of verifying one piece of evidence."""
+
+    platform: Platform
+    reason: Reason | None = None
+    detail: str | None = None
+    claims: Mapping[str, Any] | None = field(default=None)
+
+    @property
+    def valid(self) -> bool:
+        return self.reason is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": "valid" if self.valid else "invalid",
+            "reason": None if self.reason is None else str(self.reason),
+            "detail": self.detail,
+            "platform": str(self.platform),
+            "claims": dict(self.claims) if self.claims is not None else None,
+        }
+
+
+def verify_snp(
+    report: bytes,
+    *,
+    endorsements: Sequence[bytes],
+    now: datetime,
+    product: str | None = None,
+    roots: AmdRootStore = GENUINE_AMD_ROOTS,
+) -> Verdict:
+    """Verify an SNP report with the VCEK/VLEK (and optionally CRL) files given."""
+    try:
+        chain, crl = _split_snp_endorsements(endorsements)
+        verified = snp_verify.verify_evidence(
+            report,
+            chain,
+            now=now,
+            roots=roots,
+            product=Product(product) if product else None,
+            crl=crl,
+        )
+    except AttestationError as error:
+        return Verdict(Platform.SNP, error.reason, error.explain())
+    return Verdict(Platform.SNP, claims=verified.claims())
+
+
+def verify_tdx(
+    quote: bytes,
+    *,
+    collateral: Sequence[bytes],
+    now: datetime,
+    roots: IntelRootStore = GENUINE_INTEL_ROOTS,
+) -> Verdict:
+    """Verify a TDX quote, with collateral (TCB info, QE identity, CRLs) if given."""
+    try:
+        bundle = load_collateral(collateral) if collateral else None
+        verified = tdx_verify.verify_quote_bytes(quote, now=now, roots=roots, collateral=bundle)
+    except AttestationError as error:
+        return Verdict(Platform.TDX, error.reason, error.explain())
+    return Verdict(Platform.TDX, claims=verified.claims())
+
+
+def emulated_snp_roots(state_dir: Path) -> AmdRootStore:
+    """The roots of the emulated SNP TEE whose state is in `state_dir` (which must exist)."""
+    _require_state(state_dir)
+    return EmulatedSnp(state_dir).roots
+
+
+def emulated_tdx_roots(state_dir: Path) -> IntelRootStore:
+    _require_state(state_dir)
+    return EmulatedTdx(state_dir).roots
+
+
+def _require_state(state_dir: Path) -> None:
+    if not state_dir.is_dir():
+        raise ContrastError(
+            f"no emulated TEE state in {state_dir}",
+            hint="pass the directory the emulated TEE was created in (e.g. WORKDIR/.state/tee)",
+        )
+
+
+def _split_snp_endorsements(
+    files: Sequence[bytes],
+) -> tuple[list[x509.Certificate], x509.CertificateRevocationList | None]:
+    """Certificates (DER or PEM) go to the chain; a CRL file becomes the revocation list."""
+    chain: list[x509.Certificate] = []
+    crl = None
+    for data in files:
+        if _looks_like_crl(data):
+            crl = certificates.load_crl(data, what="AMD CRL")
+        else:
+            chain.extend(certificates.load_certificates(data, what="endorsement"))
+    return chain, crl
+
+
+def _looks_like_crl(data: bytes) -> bool:
+    if b"-----BEGIN X509 CRL-----" in data:
+        return True
+    if b"-----BEGIN" in data:
+        return False
+    try:
+        certificates.load_crl(data, what="CRL")
+    except MalformedEvidence:
+        return False
+    return True

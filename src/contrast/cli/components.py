@@ -1,0 +1,142 @@
+"""`contrast coordinator` and `contrast initializer`: the programs the container images run.
+
+Both take their TEE from `--tee`: `hardware` inside a confidential VM, or `emulated-snp` /
+`emulated-tdx` with the emulated TEE's state directory and the policy hash the (emulated)
+hypervisor would put in HOST_DATA / MRCONFIGID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from contrast.atls.identity import TlsIdentity
+from contrast.atls.issuers import TeeKind, make_issuer
+from contrast.coordinator.core import Coordinator, utc_now
+from contrast.coordinator.server import CoordinatorServer, Ports
+from contrast.errors import ContrastError
+from contrast.history.history import History
+from contrast.history.store import FileSystemStore
+from contrast.initializer.client import obtain_mesh_certificate
+from contrast.manifest.verifier import workload_verifier
+
+log = logging.getLogger(__name__)
+
+
+def register(commands: Any) -> None:
+    coordinator = commands.add_parser(
+        "coordinator", help="run the Coordinator (user API, mesh API, metrics)"
+    )
+    _tee_arguments(coordinator)
+    coordinator.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(os.environ.get("CONTRAST_STATE_DIR", "/mnt/state")),
+        help="where the manifest history is kept (a persistent volume in Kubernetes)",
+    )
+    coordinator.add_argument("--listen", default="0.0.0.0", help="address to listen on")  # noqa: S104
+    coordinator.add_argument("--user-api-port", type=int, default=1313)
+    coordinator.add_argument("--mesh-api-port", type=int, default=7777)
+    coordinator.add_argument("--http-port", type=int, default=9102, help="metrics and probes")
+    coordinator.set_defaults(run=run_coordinator)
+
+    initializer = commands.add_parser(
+        "initializer", help="get this workload's mesh certificate and secret (init container)"
+    )
+    _tee_arguments(initializer)
+    initializer.add_argument(
+        "--coordinator",
+        default=os.environ.get("COORDINATOR_HOST", "coordinator-ready"),
+        metavar="HOST[:PORT]",
+        help="the Coordinator's mesh API (env COORDINATOR_HOST)",
+    )
+    initializer.add_argument(
+        "--output", type=Path, default=Path("/contrast"), help="directory for the files"
+    )
+    initializer.add_argument(
+        "--deadline", type=float, help="give up after this many seconds (default: never)"
+    )
+    initializer.set_defaults(run=run_initializer)
+
+
+def _tee_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--tee",
+        type=TeeKind,
+        choices=list(TeeKind),
+        default=TeeKind(os.environ.get("CONTRAST_TEE", TeeKind.HARDWARE.value)),
+        help="where evidence comes from (env CONTRAST_TEE; default: hardware)",
+    )
+    parser.add_argument(
+        "--tee-state",
+        type=Path,
+        default=_env_path("CONTRAST_TEE_STATE"),
+        help="emulated TEE: its state directory (env CONTRAST_TEE_STATE)",
+    )
+    parser.add_argument(
+        "--policy-hash",
+        default=os.environ.get("CONTRAST_POLICY_HASH"),
+        metavar="HEX",
+        help="emulated TEE: this workload's policy hash (env CONTRAST_POLICY_HASH)",
+    )
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def _issuer(arguments: argparse.Namespace) -> Any:
+    policy_hash = None
+    if arguments.policy_hash:
+        try:
+            policy_hash = bytes.fromhex(arguments.policy_hash)
+        except ValueError:
+            raise ContrastError(f"--policy-hash {arguments.policy_hash!r} is not hex") from None
+    return make_issuer(arguments.tee, state_dir=arguments.tee_state, policy_hash=policy_hash)
+
+
+def run_coordinator(arguments: argparse.Namespace) -> int:
+    logging.getLogger("contrast").setLevel(logging.INFO)
+    issuer = _issuer(arguments)
+    coordinator = Coordinator(
+        History(FileSystemStore(arguments.state_dir)), verifier_for=workload_verifier
+    )
+    server = CoordinatorServer(
+        coordinator,
+        issuer,
+        TlsIdentity.generate(now=utc_now()),
+        host=arguments.listen,
+        ports=Ports(arguments.user_api_port, arguments.mesh_api_port, arguments.http_port),
+    )
+    server.start()
+    log.info(
+        "Coordinator started in mode %r: user API %s, mesh API %s, HTTP %s",
+        str(coordinator.mode),
+        *server.ports.__dict__.values(),
+    )
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        log.info("stopping on signal %s", signum)
+        server.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    server.wait()
+    return 0
+
+
+def run_initializer(arguments: argparse.Namespace) -> int:
+    logging.getLogger("contrast").setLevel(logging.INFO)
+    target = (
+        arguments.coordinator if ":" in arguments.coordinator else (f"{arguments.coordinator}:7777")
+    )
+    files = obtain_mesh_certificate(target, _issuer(arguments), deadline=arguments.deadline)
+    for path in files.write(arguments.output):
+        log.info("wrote %s", path)
+    return 0

@@ -1,0 +1,139 @@
+"""`contrast set`, `verify` and `recover`: talk to an attested Coordinator's user API."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from contrast.client import operations
+from contrast.client.workspace import (
+    MANIFEST,
+    SEED_SHARES,
+    SEEDSHARE_OWNER_KEY,
+    WORKLOAD_OWNER_KEY,
+    Workspace,
+)
+
+
+def register(commands: Any) -> None:
+    set_parser = commands.add_parser(
+        "set",
+        help="attest the Coordinator and set the manifest",
+        description="Attest the Coordinator against the manifest's reference values, then set"
+        " the manifest together with the policies of the resources in DIR.",
+    )
+    _common(set_parser)
+    set_parser.add_argument(
+        "resources",
+        nargs="?",
+        type=Path,
+        default=Path("."),
+        metavar="DIR",
+        help="directory of the generated Kubernetes resources (default: .)",
+    )
+    set_parser.add_argument(
+        "-w",
+        "--workload-owner-key",
+        type=Path,
+        action="append",
+        default=[],
+        help=f"key that signs manifest updates (default: WORKSPACE/{WORKLOAD_OWNER_KEY})",
+    )
+    set_parser.set_defaults(run=run_set)
+
+    verify_parser = commands.add_parser(
+        "verify",
+        help="attest the Coordinator and write what a data owner needs to verify/",
+        description="Attest the Coordinator, fetch the manifest history, root and mesh CA and"
+        " policies into WORKSPACE/verify, and fail unless the active manifest is the local one.",
+    )
+    _common(verify_parser)
+    verify_parser.set_defaults(run=run_verify)
+
+    recover_parser = commands.add_parser(
+        "recover",
+        help="attest a restarted Coordinator and give it back the seed",
+    )
+    _common(recover_parser)
+    recover_parser.add_argument(
+        "--seedshare-owner-key",
+        type=Path,
+        help=f"RSA key of a seed share owner (default: WORKSPACE/{SEEDSHARE_OWNER_KEY})",
+    )
+    recover_parser.add_argument(
+        "--seed", type=Path, help=f"seed share document (default: WORKSPACE/{SEED_SHARES})"
+    )
+    recover_parser.set_defaults(run=run_recover)
+
+
+def _common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c",
+        "--coordinator",
+        required=True,
+        metavar="HOST:PORT",
+        help="the Coordinator's user API, e.g. 127.0.0.1:1313",
+    )
+    parser.add_argument(
+        "-m", "--manifest", type=Path, help=f"manifest (default: WORKSPACE/{MANIFEST})"
+    )
+    parser.add_argument(
+        "--workspace-dir",
+        type=Path,
+        default=Path("."),
+        metavar="WORKSPACE",
+        help="directory of the workspace files (default: .)",
+    )
+    parser.add_argument(
+        "--coordinator-policy-hash",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="accept a Coordinator with this policy hash (default: the manifest's coordinator"
+        " entries)",
+    )
+    parser.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
+
+
+def _target(arguments: argparse.Namespace) -> tuple[operations.Target, Workspace]:
+    workspace = Workspace(arguments.workspace_dir)
+    target = operations.Target(
+        address=arguments.coordinator,
+        manifest_path=arguments.manifest or workspace.path(MANIFEST),
+        coordinator_policy_hashes=tuple(arguments.coordinator_policy_hash),
+        timeout=arguments.timeout,
+    )
+    return target, workspace
+
+
+def run_set(arguments: argparse.Namespace) -> int:
+    target, workspace = _target(arguments)
+    keys = arguments.workload_owner_key or [workspace.path(WORKLOAD_OWNER_KEY)]
+    result = operations.set_manifest(
+        target, workspace, arguments.resources, workload_owner_keys=keys
+    )
+    print("✔ Manifest set" + (" (first manifest)" if result.first else " (update)"))
+    for path in result.written:
+        print(f"  wrote {path}")
+    return 0
+
+
+def run_verify(arguments: argparse.Namespace) -> int:
+    target, workspace = _target(arguments)
+    result = operations.verify(target, workspace)
+    print(f"✔ Verified: the active manifest is {target.manifest_path}")
+    print(f"  wrote {result.directory} ({result.manifests} manifests in the history)")
+    return 0
+
+
+def run_recover(arguments: argparse.Namespace) -> int:
+    target, workspace = _target(arguments)
+    operations.recover(
+        target,
+        workspace,
+        seedshare_owner_key=arguments.seedshare_owner_key or workspace.path(SEEDSHARE_OWNER_KEY),
+        seed_shares=arguments.seed or workspace.path(SEED_SHARES),
+    )
+    print("✔ Coordinator recovered")
+    return 0

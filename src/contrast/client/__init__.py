@@ -1,0 +1,1 @@
+"""What the CLI does against a Coordinator: set the manifest, verify it, recover the Coordinator."""

@@ -1,0 +1,221 @@
+"""`set`, `verify` and `recover`: each attests the Coordinator before it sends anything.
+
+The Coordinator is attested with the validators of the local manifest: its evidence must meet the
+manifest's reference values and carry a policy hash the manifest gives the `coordinator` role (or
+one named with `--coordinator-policy-hash`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from contrast.api import userapi_pb2
+from contrast.api.convert import seed_shares_from_proto
+from contrast.api.services import UserApiClient
+from contrast.atls.client import AttestedConnection, connect_attested, rpc_message
+from contrast.atls.reportdata import public_key_der
+from contrast.client.resources import collect_policies
+from contrast.client.workspace import (
+    LATEST_TRANSITION,
+    MESH_CA,
+    ROOT_CA,
+    SEED_SHARES,
+    Workspace,
+    load_seedshare_owner_key,
+    load_workload_owner_key,
+    read_file,
+)
+from contrast.errors import ContrastError
+from contrast.history.history import ZERO_HASH, digest
+from contrast.manifest.model import Manifest
+from contrast.manifest.ownership import sign_update
+from contrast.manifest.verifier import coordinator_verifier
+from contrast.seed.shares import SeedShareDocument
+
+T = TypeVar("T")
+
+
+class OperationFailed(ContrastError):
+    """The Coordinator refused a request, or its answer does not match the local files."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the Coordinator is and how to recognise it."""
+
+    address: str
+    manifest_path: Path
+    coordinator_policy_hashes: tuple[str, ...] = ()
+    timeout: float = 30.0
+
+
+def load_manifest(path: Path) -> tuple[Manifest, bytes]:
+    data = read_file(path, "manifest", hint="run contrast generate first, or pass --manifest")
+    return Manifest.from_bytes(data), data
+
+
+def _connect(target: Target, manifest: Manifest) -> AttestedConnection:
+    hashes = target.coordinator_policy_hashes or tuple(manifest.coordinator_policy_hashes)
+    verifier = coordinator_verifier(manifest, [bytes.fromhex(h) for h in hashes])
+    return connect_attested(target.address, verifier, now=datetime.now(UTC), timeout=target.timeout)
+
+
+def _call(what: str, call: Callable[[], T]) -> T:
+    try:
+        return call()
+    except grpc.RpcError as error:
+        raise OperationFailed(f"{what} failed: {rpc_message(error)}") from None
+
+
+def _no_manifest_yet(error: grpc.RpcError) -> bool:
+    code = error.code() if callable(getattr(error, "code", None)) else None
+    return code == grpc.StatusCode.FAILED_PRECONDITION
+
+
+@dataclass(frozen=True)
+class SetResult:
+    first: bool
+    written: list[Path]
+
+
+def set_manifest(
+    target: Target,
+    workspace: Workspace,
+    resources: Path,
+    *,
+    workload_owner_keys: Sequence[Path] = (),
+) -> SetResult:
+    """Attest the Coordinator, then set the local manifest with the resources' policies."""
+    manifest, manifest_bytes = load_manifest(target.manifest_path)
+    policies = collect_policies(resources)
+    missing = sorted(set(manifest.policies) - set(policies))
+    if missing:
+        raise OperationFailed(
+            f"the manifest lists policy {missing[0]}, but no resource under {resources} has it",
+            hint="run contrast generate again so that resources and manifest agree",
+        )
+    unknown = sorted(set(policies) - set(manifest.policies))
+    if unknown:
+        raise OperationFailed(
+            f"a resource under {resources} has policy {unknown[0]}, which the manifest lacks",
+            hint="run contrast generate again so that resources and manifest agree",
+        )
+    connection = _connect(target, manifest)
+    try:
+        client = UserApiClient(connection.channel, timeout=target.timeout)
+        request = userapi_pb2.SetManifestRequest(
+            Manifest=manifest_bytes, Policies=[policies[h] for h in sorted(manifest.policies)]
+        )
+        try:
+            current = client.get_manifests()
+        except grpc.RpcError as error:
+            if not _no_manifest_yet(error):
+                raise OperationFailed(f"GetManifests failed: {rpc_message(error)}") from None
+            current = None
+        if current is not None:
+            previous = current.LatestTransition.TransitionHash
+            key = _owner_key(workload_owner_keys)
+            request.PreviousTransitionHash = previous
+            request.WorkloadOwnerPublicKey = public_key_der(key.public_key())
+            request.Signature = sign_update(key, manifest_bytes, previous)
+        else:
+            request.PreviousTransitionHash = ZERO_HASH
+        response = _call("SetManifest", lambda: client.set_manifest(request))
+        latest = _call("GetManifests", client.get_manifests).LatestTransition
+    finally:
+        connection.close()
+    written = [
+        workspace.write_public(ROOT_CA, response.RootCA),
+        workspace.write_public(MESH_CA, response.MeshCA),
+        workspace.write_public(LATEST_TRANSITION, latest.TransitionHash.hex().encode() + b"\n"),
+    ]
+    if response.HasField("SeedSharesDoc"):
+        document = seed_shares_from_proto(response.SeedSharesDoc)
+        written.append(workspace.write_private(SEED_SHARES, document.to_json()))
+    return SetResult(first=current is None, written=written)
+
+
+def _owner_key(paths: Sequence[Path]) -> ec.EllipticCurvePrivateKey:
+    """The first workload owner key that exists: updates are signed with it."""
+    for path in paths:
+        if path.exists():
+            return load_workload_owner_key(path)
+    raise OperationFailed(
+        "a manifest is already set, and updating it needs a workload owner key",
+        hint="pass --workload-owner-key with a key the active manifest lists",
+    )
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    directory: Path
+    manifests: int
+    matches: bool
+
+
+def verify(target: Target, workspace: Workspace) -> VerifyResult:
+    """Attest the Coordinator and write what a data owner needs to `verify/`.
+
+    Fails (after writing) if the active manifest is not byte for byte the local one.
+    """
+    manifest, manifest_bytes = load_manifest(target.manifest_path)
+    connection = _connect(target, manifest)
+    try:
+        client = UserApiClient(connection.channel, timeout=target.timeout)
+        history = _call("GetManifests", client.get_manifests)
+    finally:
+        connection.close()
+    directory = workspace.verify_dir
+    output = Workspace(directory)
+    output.write_public(ROOT_CA, history.RootCA)
+    output.write_public(MESH_CA, history.MeshCA)
+    for index, document in enumerate(history.Manifests):
+        output.write_public(f"manifest.{index}.json", document)
+    for policy in history.Policies:
+        output.write_public(f"initdata.{digest(policy).hex()}.toml", policy)
+    latest = history.LatestTransition.TransitionHash.hex().encode() + b"\n"
+    output.write_public(LATEST_TRANSITION, latest)
+    workspace.write_public(LATEST_TRANSITION, latest)
+    active = history.Manifests[-1] if history.Manifests else b""
+    if active != manifest_bytes:
+        raise OperationFailed(
+            f"the Coordinator's active manifest differs from {target.manifest_path}",
+            hint=f"compare with {directory}/manifest.{len(history.Manifests) - 1}.json",
+        )
+    return VerifyResult(directory, len(history.Manifests), matches=True)
+
+
+def recover(
+    target: Target, workspace: Workspace, *, seedshare_owner_key: Path, seed_shares: Path
+) -> None:
+    """Attest the restarted Coordinator and hand it the seed from our seed share."""
+    manifest, _ = load_manifest(target.manifest_path)
+    key = load_seedshare_owner_key(seedshare_owner_key)
+    document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
+    seed = document.decrypt(key)
+    expected = b""
+    latest_file = workspace.path(LATEST_TRANSITION)
+    if latest_file.exists():
+        expected = bytes.fromhex(read_file(latest_file, "latest transition").decode().strip())
+    connection = _connect(target, manifest)
+    try:
+        client = UserApiClient(connection.channel, timeout=target.timeout)
+        request = userapi_pb2.RecoverRequest(
+            Seed=seed, Salt=document.salt, ExpectedTransitionHash=expected
+        )
+        _call("Recover", lambda: client.recover(request))
+        history = _call("GetManifests", client.get_manifests)
+    finally:
+        connection.close()
+    workspace.write_public(ROOT_CA, history.RootCA)
+    workspace.write_public(MESH_CA, history.MeshCA)
+    workspace.write_public(
+        LATEST_TRANSITION, history.LatestTransition.TransitionHash.hex().encode() + b"\n"
+    )

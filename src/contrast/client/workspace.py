@@ -1,0 +1,100 @@
+"""The files of a Contrast workspace, with the original's names.
+
+`generate` writes the manifest and the owner keys; `set` adds the CA certificates and, on the
+first set, `seed-shares.json`; `verify` fills `verify/`. Keys and seed shares are owner-only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from contrast.errors import ContrastError
+from contrast.files import write_atomically
+
+MANIFEST = "manifest.json"
+WORKLOAD_OWNER_KEY = "workload-owner.pem"
+SEEDSHARE_OWNER_KEY = "seedshare-owner.pem"
+SEED_SHARES = "seed-shares.json"
+ROOT_CA = "coordinator-root-ca.pem"
+MESH_CA = "mesh-ca.pem"
+VERIFY_DIR = "verify"
+LATEST_TRANSITION = "latest-transition"
+
+
+class WorkspaceError(ContrastError):
+    """A workspace file is missing or unreadable."""
+
+
+def read_file(path: Path, what: str, *, hint: str | None = None) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as error:
+        raise WorkspaceError(f"cannot read {what} {path}: {error.strerror}", hint=hint) from None
+
+
+@dataclass(frozen=True)
+class Workspace:
+    root: Path
+
+    def path(self, name: str) -> Path:
+        return self.root / name
+
+    @property
+    def verify_dir(self) -> Path:
+        return self.root / VERIFY_DIR
+
+    def write_public(self, name: str, data: bytes) -> Path:
+        path = self.path(name)
+        write_atomically(path, data, mode=0o644)
+        return path
+
+    def write_private(self, name: str, data: bytes) -> Path:
+        path = self.path(name)
+        write_atomically(path, data, mode=0o600)
+        return path
+
+
+def load_workload_owner_key(path: Path) -> ec.EllipticCurvePrivateKey:
+    key = _load_private_key(path, "workload owner key")
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise WorkspaceError(f"{path} is not an ECDSA key (workload owner keys are P-384)")
+    return key
+
+
+def load_seedshare_owner_key(path: Path) -> rsa.RSAPrivateKey:
+    key = _load_private_key(path, "seed share owner key")
+    if not isinstance(key, rsa.RSAPrivateKey):
+        raise WorkspaceError(f"{path} is not an RSA key (seed share owner keys are RSA-4096)")
+    return key
+
+
+def _load_private_key(path: Path, what: str) -> object:
+    data = read_file(path, what)
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as error:
+        raise WorkspaceError(f"{path} is not an unencrypted PEM private key: {error}") from None
+
+
+def generate_workload_owner_key() -> bytes:
+    """A new P-384 owner key as PEM `EC PRIVATE KEY`, the original's format."""
+    key = ec.generate_private_key(ec.SECP384R1())
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )
+
+
+def generate_seedshare_owner_key() -> bytes:
+    """A new RSA-4096 seed share key as PEM `RSA PRIVATE KEY`, the original's format."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=4096)
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.TraditionalOpenSSL,
+        serialization.NoEncryption(),
+    )

@@ -1,0 +1,224 @@
+"""`contrast demo`: the whole Contrast flow as local processes on the emulated SEV-SNP platform.
+
+Coordinator, Initializers and workloads are separate processes talking over loopback exactly as
+they would in a cluster; only the TEE is emulated. Each step prints one line; any failure stops
+the demo with a non-zero exit. What a user wants to look at stays in the work directory.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
+
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.client import operations
+from contrast.client.workspace import MANIFEST, SEED_SHARES, SEEDSHARE_OWNER_KEY, Workspace
+from contrast.errors import ContrastError
+from contrast.initializer.files import CERT_CHAIN
+from contrast.local.processes import Process, Processes, free_port, wait_for_port
+from contrast.local.workspace import RESOURCES, DemoWorkload, write_workspace
+
+COORDINATOR = DemoWorkload("coordinator", role="coordinator")
+SERVER = DemoWorkload("web")
+CLIENT = DemoWorkload("client")
+LATE = DemoWorkload("late")
+ROGUE = DemoWorkload("rogue")  # not in the manifest
+STARTUP_TIMEOUT = 30.0
+
+
+class DemoFailed(ContrastError):
+    """A step of the demo did not do what it should."""
+
+
+@dataclass
+class Demo:
+    workdir: Path
+    say: Callable[[str], None] = print
+    processes: Processes = field(init=False)
+    coordinator: Process | None = None
+    step_number: int = 0
+
+    def __post_init__(self) -> None:
+        self.state = self.workdir / ".state"
+        self.processes = Processes(self.workdir / "logs")
+        self.user_port, self.mesh_port, self.http_port = free_port(), free_port(), free_port()
+        self.app_port = free_port()
+
+    @contextmanager
+    def step(self, description: str) -> Iterator[list[str]]:
+        """One line per step: what happened (filled in by the step) and how long it took."""
+        self.step_number += 1
+        started = time.monotonic()
+        details: list[str] = []
+        try:
+            yield details
+        except ContrastError as error:
+            message = f"step {self.step_number} ({description}) failed: {error.explain()}"
+            raise DemoFailed(message) from None
+        took = time.monotonic() - started
+        suffix = f": {'; '.join(details)}" if details else ""
+        self.say(f"[{self.step_number:2}] ✔ {description}{suffix} ({took:.1f} s)")
+
+    # Processes -------------------------------------------------------------------------------
+
+    def _tee_arguments(self, workload: DemoWorkload) -> list[str]:
+        return [
+            "--tee", "emulated-snp",
+            "--tee-state", str(self.state / "tee"),
+            "--policy-hash", workload.policy_hash.hex(),
+        ]  # fmt: skip
+
+    def start_coordinator(self) -> None:
+        self.coordinator = self.processes.start(
+            "coordinator",
+            [
+                "-m", "contrast", "coordinator", *self._tee_arguments(COORDINATOR),
+                "--state-dir", str(self.state / "coordinator"),
+                "--listen", "127.0.0.1",
+                "--user-api-port", str(self.user_port),
+                "--mesh-api-port", str(self.mesh_port),
+                "--http-port", str(self.http_port),
+            ],
+        )  # fmt: skip
+        for port in (self.user_port, self.mesh_port, self.http_port):
+            wait_for_port(port, timeout=STARTUP_TIMEOUT, process=self.coordinator)
+
+    def run_initializer(self, workload: DemoWorkload) -> tuple[int, str]:
+        result = self.processes.run(
+            f"initializer-{workload.name}",
+            [
+                "-m", "contrast", "initializer", *self._tee_arguments(workload),
+                "--coordinator", f"127.0.0.1:{self.mesh_port}",
+                "--output", str(self.workdir / "workloads" / workload.name),
+                "--deadline", "20",
+            ],
+            timeout=60,
+        )  # fmt: skip
+        last = (result.stderr.strip().splitlines() or [""])[-1]
+        return result.returncode, last
+
+    @property
+    def target(self) -> operations.Target:
+        return operations.Target(f"127.0.0.1:{self.user_port}", self.workdir / MANIFEST)
+
+    # The flow --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            self._run()
+        finally:
+            self.processes.stop_all()
+
+    def _run(self) -> None:
+        workspace = Workspace(self.workdir)
+        with self.step("emulated SEV-SNP ready") as details:
+            tee = EmulatedSnp(self.state / "tee")
+            details.append(f"ARK/ASK/VCEK in {self.state / 'tee'}")
+        with self.step("workspace written") as details:
+            _, manifest = write_workspace(self.workdir, tee, [COORDINATOR, SERVER, CLIENT, LATE])
+            details.append(f"{MANIFEST} with {len(manifest.policies)} policies, owner keys")
+        with self.step("Coordinator started") as details:
+            self.start_coordinator()
+            details.append(f"user API 127.0.0.1:{self.user_port}, mesh API :{self.mesh_port}")
+        with self.step("manifest set") as details:
+            operations.set_manifest(self.target, workspace, self.workdir / RESOURCES)
+            details.append("Coordinator attested against the manifest; seed shares saved")
+        for workload in (SERVER, CLIENT):
+            with self.step(f"Initializer of {workload.name!r} got its mesh certificate") as details:
+                code, last = self.run_initializer(workload)
+                if code != 0:
+                    raise DemoFailed(f"the Initializer exited with {code}: {last}")
+                details.append(f"files in workloads/{workload.name}/tls-config")
+        with self.step("a workload whose policy is not in the manifest is refused") as details:
+            code, last = self.run_initializer(ROGUE)
+            if code == 0:
+                raise DemoFailed("the rogue workload got a certificate")
+            details.append(last.removeprefix("contrast: ")[:90])
+        with self.step("mutual TLS between the workloads") as details:
+            details.append(self._mutual_tls())
+        with self.step("contrast verify") as details:
+            result = operations.verify(self.target, workspace)
+            details.append(f"{result.directory.name}/ written, active manifest matches")
+        with self.step("Coordinator killed (SIGKILL) and restarted") as details:
+            assert self.coordinator is not None
+            self.coordinator.kill()
+            self.start_coordinator()
+            mode = self._coordinator_mode()
+            if mode != "recovery":
+                raise DemoFailed(f"the restarted Coordinator is in mode {mode!r}, not recovery")
+            details.append("it comes back in recovery mode")
+        with self.step("contrast recover") as details:
+            operations.recover(
+                self.target,
+                workspace,
+                seedshare_owner_key=workspace.path(SEEDSHARE_OWNER_KEY),
+                seed_shares=workspace.path(SEED_SHARES),
+            )
+            details.append("seed share decrypted, history checked, Coordinator ready")
+        with self.step(f"a new workload {LATE.name!r} joins after the recovery") as details:
+            code, last = self.run_initializer(LATE)
+            if code != 0:
+                raise DemoFailed(f"the Initializer exited with {code}: {last}")
+            details.append(self._chains_to_verified_root(LATE))
+
+    def _coordinator_mode(self) -> str:
+        """What the readiness probe says (it answers 503 with the mode until ready)."""
+        url = f"http://127.0.0.1:{self.http_port}/probe/readiness"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode().strip())
+        except urllib.error.HTTPError as error:
+            return str(error.read().decode().strip())
+
+    def _mutual_tls(self) -> str:
+        server_files = self.workdir / "workloads" / SERVER.name
+        client_files = self.workdir / "workloads" / CLIENT.name
+        server = self.processes.start(
+            "app-web",
+            ["-m", "contrast.local.app", "serve", "--files", str(server_files),
+             "--port", str(self.app_port), "--name", SERVER.name],
+        )  # fmt: skip
+        wait_for_port(self.app_port, timeout=STARTUP_TIMEOUT, process=server)
+        result = self.processes.run(
+            "app-client",
+            ["-m", "contrast.local.app", "request", "--files", str(client_files),
+             "--port", str(self.app_port), "--server-name", SERVER.name],
+            timeout=30,
+        )  # fmt: skip
+        if result.returncode != 0:
+            raise DemoFailed(f"the request failed: {result.stderr.strip()}")
+        return result.stdout.strip()
+
+    def _chains_to_verified_root(self, workload: DemoWorkload) -> str:
+        """The new certificate chains to the root CA that `verify` saved before the restart."""
+        root = x509.load_pem_x509_certificate(
+            (self.workdir / "verify" / "coordinator-root-ca.pem").read_bytes()
+        )
+        chain = x509.load_pem_x509_certificates(
+            (self.workdir / "workloads" / workload.name / CERT_CHAIN).read_bytes()
+        )
+        verifier = (
+            PolicyBuilder().store(Store([root])).time(datetime.now(UTC)).build_client_verifier()
+        )
+        try:
+            verifier.verify(chain[0], chain[1:])
+        except VerificationError as error:
+            message = f"its certificate does not chain to the verified root: {error}"
+            raise DemoFailed(message) from None
+        return "its certificate chains to the root CA saved by verify before the restart"
+
+
+def run_demo(workdir: Path, *, say: Callable[[str], None] = print) -> None:
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    Demo(workdir, say).run()
+    say(f"done in {time.monotonic() - started:.1f} s; look around in {workdir}")

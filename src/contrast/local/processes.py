@@ -1,0 +1,112 @@
+"""Local processes of the demo: started with their logs in files, stopped or killed on purpose."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from contrast.errors import ContrastError
+
+
+class ProcessError(ContrastError):
+    """A demo process did not start, or ended when it should not have."""
+
+
+def free_port() -> int:
+    """A TCP port on loopback that nothing listens on right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, *, timeout: float, process: Process | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process is not None and process.popen.poll() is not None:
+            raise ProcessError(
+                f"{process.name} exited with {process.popen.returncode} before listening on"
+                f" port {port}",
+                hint=f"see {process.log}",
+            )
+        with socket.socket() as probe:
+            probe.settimeout(0.2)
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise ProcessError(f"nothing listens on port {port} after {timeout:.0f} s")
+
+
+@dataclass
+class Process:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, as a crashed node would be."""
+        if self.popen.poll() is None:
+            self.popen.send_signal(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class Processes:
+    """Every process the demo started, so that all of them end with it."""
+
+    log_dir: Path
+    running: list[Process] = field(default_factory=list)
+
+    def start(
+        self, name: str, arguments: list[str], *, env: dict[str, str] | None = None
+    ) -> Process:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        environment = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        with log.open("ab") as output:
+            popen = subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, *arguments],
+                stdout=output,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=environment,
+            )
+        process = Process(name, popen, log)
+        self.running.append(process)
+        return process
+
+    def run(
+        self, name: str, arguments: list[str], *, env: dict[str, str] | None = None, timeout: float
+    ) -> subprocess.CompletedProcess[str]:
+        """Run to completion; output is returned (and kept in the log)."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        environment = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
+        result = subprocess.run(  # noqa: S603 - our own interpreter and module
+            [sys.executable, *arguments],
+            capture_output=True,
+            text=True,
+            env=environment,
+            timeout=timeout,
+            check=False,
+        )
+        (self.log_dir / f"{name}.log").write_text(result.stdout + result.stderr)
+        return result
+
+    def stop_all(self) -> None:
+        for process in reversed(self.running):
+            process.stop()
+        self.running.clear()

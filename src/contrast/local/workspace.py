@@ -1,0 +1,90 @@
+"""The demo's workspace: what `contrast generate` would produce, for emulated workloads.
+
+Each workload is a Pod YAML whose initdata annotation carries its (demo) policy; its hash is the
+workload's identity, as on a real cluster. The manifest admits the Coordinator and the listed
+workloads on the emulated SNP platform only, trusting the emulated TEE's own root.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from contrast.atls.reportdata import public_key_der
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.client.workspace import (
+    MANIFEST,
+    SEEDSHARE_OWNER_KEY,
+    WORKLOAD_OWNER_KEY,
+    Workspace,
+    generate_seedshare_owner_key,
+    generate_workload_owner_key,
+    load_seedshare_owner_key,
+    load_workload_owner_key,
+)
+from contrast.manifest.model import Manifest
+from contrast.manifest.ownership import owner_key_digest
+from contrast.manifest.verifier import emulated_snp_reference_values
+from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation, policy_hash
+from contrast.seed.shares import public_key_hex
+
+RESOURCES = "resources"
+
+
+@dataclass(frozen=True)
+class DemoWorkload:
+    name: str
+    role: str = ""
+
+    def initdata(self) -> bytes:
+        policy = (
+            "package agent_policy\n\n"
+            f"# Demo policy of {self.name}: the local demo runs no Kata agent to enforce it.\n"
+            "default AllowRequestsFailingPolicy := true\n"
+        )
+        return Initdata({"policy.rego": policy}).to_toml()
+
+    @property
+    def policy_hash(self) -> bytes:
+        return policy_hash(self.initdata())
+
+    def pod_yaml(self) -> str:
+        return (
+            "apiVersion: v1\nkind: Pod\nmetadata:\n"
+            f"  name: {self.name}\n  namespace: default\n  annotations:\n"
+            f"    {ANNOTATION}: {encode_annotation(self.initdata())}\n"
+            "spec:\n  runtimeClassName: contrast-cc-emulated-snp\n"
+            f"  containers:\n    - name: {self.name}\n      image: demo/{self.name}\n"
+        )
+
+
+def write_workspace(
+    root: Path, tee: EmulatedSnp, workloads: Sequence[DemoWorkload]
+) -> tuple[Workspace, Manifest]:
+    workspace = Workspace(root)
+    if not workspace.path(WORKLOAD_OWNER_KEY).exists():
+        workspace.write_private(WORKLOAD_OWNER_KEY, generate_workload_owner_key())
+    if not workspace.path(SEEDSHARE_OWNER_KEY).exists():
+        workspace.write_private(SEEDSHARE_OWNER_KEY, generate_seedshare_owner_key())
+    owner = load_workload_owner_key(workspace.path(WORKLOAD_OWNER_KEY))
+    seedshare = load_seedshare_owner_key(workspace.path(SEEDSHARE_OWNER_KEY))
+    for workload in workloads:
+        workspace.write_public(f"{RESOURCES}/{workload.name}.yml", workload.pod_yaml().encode())
+    document = {
+        "Policies": {
+            workload.policy_hash.hex(): {
+                "SANs": [workload.name, "*"],
+                "WorkloadSecretID": f"core/v1/Pod/default/{workload.name}",
+                **({"Role": workload.role} if workload.role else {}),
+            }
+            for workload in workloads
+        },
+        "ReferenceValues": {"snp": [emulated_snp_reference_values(tee)]},
+        "WorkloadOwnerKeyDigests": [owner_key_digest(public_key_der(owner.public_key()))],
+        "SeedshareOwnerPubKeys": [public_key_hex(seedshare.public_key())],
+    }
+    manifest_bytes = json.dumps(document, indent=2).encode() + b"\n"
+    workspace.write_public(MANIFEST, manifest_bytes)
+    return workspace, Manifest.from_bytes(manifest_bytes)

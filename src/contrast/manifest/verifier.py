@@ -1,0 +1,176 @@
+"""Evidence verifiers built from a manifest's reference values.
+
+A peer passes if any reference-value entry of its platform accepts its evidence (as the original:
+"a workload passes if any entry validates it"). Real platforms are checked against the genuine
+AMD and Intel roots shipped in the package; only entries of an emulated platform name their own
+roots (`TrustedRoots`), so emulated evidence can never meet real reference values.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from contrast.atls.peer import AttestedPeer
+from contrast.attestation import certificates
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.errors import AttestationError, Reason, ReferenceMismatch
+from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.snp import reference as snp_reference
+from contrast.attestation.snp import verify as snp_verify
+from contrast.attestation.snp.report import Product
+from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore, ProductRoots
+from contrast.manifest.errors import ManifestError
+from contrast.manifest.model import Manifest
+
+EMULATED_SNP = "Emulated-SNP"
+EMULATED_TDX = "Emulated-TDX"
+PLATFORM = "Platform"
+TRUSTED_ROOTS = "TrustedRoots"
+
+
+@dataclass(frozen=True)
+class SnpEntry:
+    platform: str
+    reference: snp_reference.SnpReferenceValues
+    roots: AmdRootStore
+    product: Product | None
+
+
+def _pem(certificate: x509.Certificate) -> str:
+    return certificate.public_bytes(serialization.Encoding.PEM).decode()
+
+
+def emulated_snp_reference_values(tee: EmulatedSnp) -> dict[str, Any]:
+    """The manifest entry that admits evidence of this emulated TEE (and nothing real)."""
+    product = tee.product
+    roots = tee.roots.for_product(product)
+    assert roots is not None
+    reference = snp_reference.SnpReferenceValues(
+        measurements=frozenset({tee.measurement}),
+    )
+    return {
+        PLATFORM: EMULATED_SNP,
+        **reference.to_json(),
+        TRUSTED_ROOTS: {"ARK": _pem(roots.ark), "ASK": _pem(roots.ask)},
+    }
+
+
+def _snp_entry(raw: Mapping[str, Any], index: int) -> SnpEntry:
+    entry = dict(raw)
+    platform = str(entry.pop(PLATFORM, ""))
+    trusted = entry.pop(TRUSTED_ROOTS, None)
+    where = f"ReferenceValues.snp[{index}]"
+    try:
+        reference = snp_reference.SnpReferenceValues.from_json(entry)
+    except (AttestationError, ValueError, TypeError, KeyError) as error:
+        raise ManifestError(f"{where}: {error}") from None
+    product = reference.product
+    if platform == EMULATED_SNP:
+        if not isinstance(trusted, Mapping) or "ARK" not in trusted or "ASK" not in trusted:
+            raise ManifestError(f"{where}: an {EMULATED_SNP} entry needs TrustedRoots ARK and ASK")
+        ark = certificates.load_certificate(str(trusted["ARK"]).encode(), what=f"{where} ARK")
+        ask = certificates.load_certificate(str(trusted["ASK"]).encode(), what=f"{where} ASK")
+        chosen = product or Product.MILAN
+        roots = AmdRootStore({chosen: ProductRoots(ark, ask)}, genuine=False)
+        return SnpEntry(platform, reference, roots, chosen)
+    if trusted is not None:
+        raise ManifestError(
+            f"{where}: only {EMULATED_SNP} entries may name their own TrustedRoots;"
+            f" {platform or 'real platforms'} are checked against AMD's genuine roots"
+        )
+    return SnpEntry(platform, reference, GENUINE_AMD_ROOTS, product)
+
+
+class ManifestVerifier:
+    """Accepts evidence that meets any entry of its platform and carries the expected data."""
+
+    def __init__(
+        self,
+        snp: Sequence[SnpEntry],
+        *,
+        allowed_policy_hashes: Collection[bytes] | None = None,
+    ) -> None:
+        self._snp = tuple(snp)
+        self._allowed = None if allowed_policy_hashes is None else frozenset(allowed_policy_hashes)
+
+    def verify(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
+        if evidence.platform is Platform.SNP:
+            peer = self._verify_snp(evidence, report_data=report_data, now=now)
+        else:
+            raise ReferenceMismatch(
+                "platform",
+                "a platform of the manifest",
+                str(evidence.platform),
+            )
+        if self._allowed is not None and peer.policy_hash not in self._allowed:
+            raise ReferenceMismatch(
+                "policy hash",
+                " or ".join(sorted(h.hex() for h in self._allowed)) or "(none)",
+                peer.policy_hash.hex(),
+                hint="pass --coordinator-policy-hash if the Coordinator runs another policy",
+            )
+        return peer
+
+    def _verify_snp(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
+        if not self._snp:
+            raise ReferenceMismatch("platform", "TDX (the manifest has no SNP entries)", "SNP")
+        chain: list[x509.Certificate] = []
+        crl = None
+        for data in evidence.endorsements:
+            if b"CRL" in data[:40]:
+                crl = certificates.load_crl(data, what="the AMD CRL")
+            else:
+                chain.extend(certificates.load_certificates(data, what="an SNP endorsement"))
+        failures: list[AttestationError] = []
+        for entry in self._snp:
+            try:
+                verified = snp_verify.verify_evidence(
+                    evidence.report,
+                    chain,
+                    now=now,
+                    roots=entry.roots,
+                    product=entry.product,
+                    crl=crl,
+                )
+                snp_reference.validate_report(verified, entry.reference)
+            except AttestationError as error:
+                failures.append(error)
+                continue
+            if not hmac.compare_digest(verified.report.report_data, report_data):
+                raise ReferenceMismatch(
+                    "report data",
+                    "SHA-512(public key ‖ nonce)",
+                    "other bytes",
+                    hint="the evidence was made for another key or nonce (replayed?)",
+                )
+            return AttestedPeer(Platform.SNP, verified.report.host_data, verified.claims())
+        raise _most_telling(failures)
+
+
+def _most_telling(failures: Sequence[AttestationError]) -> AttestationError:
+    """With several entries, a reference mismatch says more than an untrusted chain."""
+    for failure in failures:
+        if failure.reason is not Reason.UNTRUSTED_VCEK:
+            return failure
+    return failures[0]
+
+
+def _entries(manifest: Manifest) -> list[SnpEntry]:
+    return [_snp_entry(raw, index) for index, raw in enumerate(manifest.reference_values.snp)]
+
+
+def workload_verifier(manifest: Manifest) -> ManifestVerifier:
+    """For the Coordinator: any workload of the manifest's platforms (policy checked later)."""
+    return ManifestVerifier(_entries(manifest))
+
+
+def coordinator_verifier(manifest: Manifest, policy_hashes: Collection[bytes]) -> ManifestVerifier:
+    """For the CLI: a Coordinator on the manifest's platforms running one of `policy_hashes`."""
+    return ManifestVerifier(_entries(manifest), allowed_policy_hashes=policy_hashes)
