@@ -159,7 +159,7 @@ def _top_level_spans(text: str, what: str) -> dict[str, tuple[int, int]]:
                 raise ValueError("expected a member name and ':'")
             start = skip(index + 1)
             _, end = decoder.raw_decode(text, start)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             raise _malformed(f"{what} is not valid JSON: {error}") from None
         spans[key] = (start, end)
         index = skip(end)
