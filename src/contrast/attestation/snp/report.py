@@ -101,17 +101,6 @@ class TcbLayout(StrEnum):
     TURIN = "turin"  # [fmc, bl, tee, snp, 0, 0, 0, ucode]
 
 
-# Byte index of each component per layout; the other bytes are reserved.
-_TCB_BYTES: dict[TcbLayout, dict[str, int]] = {
-    TcbLayout.MILAN_GENOA: {"bootloader": 0, "tee": 1, "snp": 6, "microcode": 7},
-    TcbLayout.TURIN: {"fmc": 0, "bootloader": 1, "tee": 2, "snp": 3, "microcode": 7},
-}
-_TCB_RESERVED_BYTES: dict[TcbLayout, tuple[int, ...]] = {
-    TcbLayout.MILAN_GENOA: (2, 3, 4, 5),
-    TcbLayout.TURIN: (4, 5, 6),
-}
-
-
 @dataclass(frozen=True)
 class TcbVersion:
     """Security patch levels (SPLs) of the firmware components.
@@ -138,28 +127,18 @@ class TcbVersion:
             raise MalformedEvidence(
                 Reason.MALFORMED_REPORT, f"a TCB_VERSION is {TCB_SIZE} bytes, got {len(data)}"
             )
-        positions = _TCB_BYTES[layout]
-        reserved = bytes(data[i] for i in _TCB_RESERVED_BYTES[layout])
-        return cls(
-            bootloader=data[positions["bootloader"]],
-            tee=data[positions["tee"]],
-            snp=data[positions["snp"]],
-            microcode=data[positions["microcode"]],
-            fmc=data[positions["fmc"]] if "fmc" in positions else None,
-            reserved=int.from_bytes(reserved, "little"),
-        )
+        if layout is TcbLayout.TURIN:  # [fmc, bl, tee, snp, reserved × 3, ucode]
+            reserved = int.from_bytes(data[4:7], "little")
+            return cls(data[1], data[2], data[3], data[7], fmc=data[0], reserved=reserved)
+        # [bl, tee, reserved × 4, snp, ucode]
+        return cls(data[0], data[1], data[6], data[7], reserved=int.from_bytes(data[2:6], "little"))
 
     def to_bytes(self) -> bytes:
-        layout = self.layout
-        out = bytearray(TCB_SIZE)
-        for name, index in _TCB_BYTES[layout].items():
-            out[index] = getattr(self, name)
-        positions = _TCB_RESERVED_BYTES[layout]
-        for index, value in zip(
-            positions, self.reserved.to_bytes(len(positions), "little"), strict=True
-        ):
-            out[index] = value
-        return bytes(out)
+        if self.fmc is not None:
+            reserved = self.reserved.to_bytes(3, "little")
+            return bytes([self.fmc, self.bootloader, self.tee, self.snp, *reserved, self.microcode])
+        reserved = self.reserved.to_bytes(4, "little")
+        return bytes([self.bootloader, self.tee, *reserved, self.snp, self.microcode])
 
     def components(self) -> dict[str, int | None]:
         """The named components (for claims and messages), without the reserved bytes."""

@@ -83,8 +83,8 @@ def verify_evidence(
     """
     parsed = Report.from_bytes(report, product=product)
     leaf, given_intermediates, given_arks = _split_chain(chain)
-    kind = endorsements.certificate_kind(leaf)
-    resolved = _resolve_product(parsed, product, leaf)
+    kind, certificate_product = _leaf_identity(leaf)
+    resolved = _resolve_product(parsed, product, certificate_product)
     if parsed.cpuid is None and parsed.tcb_layout is not resolved.tcb_layout:
         parsed = Report.from_bytes(report, product=resolved)
     _check_signing_key(parsed, kind)
@@ -154,6 +154,13 @@ def _split_chain(
     return leaves[0], intermediates, arks
 
 
+@lru_cache(maxsize=_CACHE_SIZE)
+def _leaf_identity(leaf: x509.Certificate) -> tuple[SigningKey, str | None]:
+    """VCEK or VLEK, and the productName as far as it can be read (before the chain is checked)."""
+    return endorsements.certificate_kind(leaf), endorsements.product_name(leaf)
+
+
+@lru_cache(maxsize=_CACHE_SIZE)
 def _is_ca(certificate: x509.Certificate) -> bool:
     try:
         constraints = certificate.extensions.get_extension_for_class(x509.BasicConstraints)
@@ -166,7 +173,7 @@ def _is_ca(certificate: x509.Certificate) -> bool:
     return constraints.value.ca
 
 
-def _resolve_product(report: Report, configured: Product | None, leaf: x509.Certificate) -> Product:
+def _resolve_product(report: Report, configured: Product | None, name: str | None) -> Product:
     """One product from the report's CPUID, the configuration and the certificate, or refuse."""
     from_report = report.product
     if from_report is not None and configured is not None and from_report is not configured:
@@ -176,7 +183,6 @@ def _resolve_product(report: Report, configured: Product | None, leaf: x509.Cert
             " expected",
         )
     expected = from_report or configured
-    name = endorsements.product_name(leaf)
     from_certificate = Product.from_name(name) if name is not None else None
     if name is not None and (from_certificate is None or expected not in (None, from_certificate)):
         wanted = expected.value if expected is not None else "a known product"
