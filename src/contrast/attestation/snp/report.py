@@ -383,6 +383,12 @@ class Report:
     signature_s: int
     tcb_layout: TcbLayout
 
+    def __post_init__(self) -> None:
+        # Programs building reports may pass plain integers for the bit fields.
+        object.__setattr__(self, "policy", GuestPolicy(self.policy))
+        object.__setattr__(self, "platform_info", PlatformInfo(self.platform_info))
+        object.__setattr__(self, "signer_info", SignerInfo(self.signer_info))
+
     @property
     def product(self) -> Product | None:
         """The product CPUID names (v3+); None for v2 or a part this code does not know."""
