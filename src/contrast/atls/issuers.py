@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
@@ -43,7 +44,10 @@ class EmulatedTdxIssuer:
 
     def issue(self, report_data: bytes) -> Evidence:
         mr_config_id = self.policy_hash.ljust(MR_CONFIG_ID_SIZE, b"\0")
-        return Evidence(Platform.TDX, self.tee.issue(report_data, mr_config_id))
+        quote = self.tee.issue(report_data, mr_config_id)
+        # The collateral a QGS would hand out with the quote (TCB info, QE identity, CRLs).
+        collateral = self.tee.collateral_files(now=datetime.now(UTC))
+        return Evidence(Platform.TDX, quote, tuple(collateral))
 
 
 class HardwareIssuer:

@@ -7,6 +7,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from contrast.atls.issuers import TeeKind
 from contrast.local.demo import run_demo
 
 
@@ -23,10 +24,17 @@ def register(commands: Any) -> None:
         help="where to keep the workspace, state, certificates and logs (default: a new"
         " temporary directory)",
     )  # fmt: skip
+    parser.add_argument(
+        "--tee",
+        type=TeeKind,
+        choices=[TeeKind.EMULATED_SNP, TeeKind.EMULATED_TDX],
+        default=TeeKind.EMULATED_SNP,
+        help="which TEE to emulate (default: emulated-snp)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(arguments: argparse.Namespace) -> int:
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="contrast-demo-"))
-    run_demo(workdir)
+    run_demo(workdir, tee=arguments.tee)
     return 0

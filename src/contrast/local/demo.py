@@ -1,4 +1,4 @@
-"""`contrast demo`: the whole Contrast flow as local processes on the emulated SEV-SNP platform.
+"""`contrast demo`: the whole Contrast flow as local processes on an emulated TEE (SNP or TDX).
 
 Coordinator, Initializers and workloads are separate processes talking over loopback exactly as
 they would in a cluster; only the TEE is emulated. Each step prints one line; any failure stops
@@ -19,13 +19,18 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
-from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.atls.issuers import TeeKind
 from contrast.client import operations
 from contrast.client.workspace import MANIFEST, SEED_SHARES, SEEDSHARE_OWNER_KEY, Workspace
 from contrast.errors import ContrastError
 from contrast.initializer.files import CERT_CHAIN
 from contrast.local.processes import Process, Processes, free_port, wait_for_port
-from contrast.local.workspace import RESOURCES, DemoWorkload, write_workspace
+from contrast.local.workspace import (
+    RESOURCES,
+    DemoWorkload,
+    emulated_reference_values,
+    write_workspace,
+)
 
 COORDINATOR = DemoWorkload("coordinator", role="coordinator")
 SERVER = DemoWorkload("web")
@@ -43,6 +48,7 @@ class DemoFailed(ContrastError):
 class Demo:
     workdir: Path
     say: Callable[[str], None] = print
+    tee: TeeKind = TeeKind.EMULATED_SNP
     processes: Processes = field(init=False)
     coordinator: Process | None = None
     step_number: int = 0
@@ -72,7 +78,7 @@ class Demo:
 
     def _tee_arguments(self, workload: DemoWorkload) -> list[str]:
         return [
-            "--tee", "emulated-snp",
+            "--tee", str(self.tee),
             "--tee-state", str(self.state / "tee"),
             "--policy-hash", workload.policy_hash.hex(),
         ]  # fmt: skip
@@ -120,11 +126,13 @@ class Demo:
 
     def _run(self) -> None:
         workspace = Workspace(self.workdir)
-        with self.step("emulated SEV-SNP ready") as details:
-            tee = EmulatedSnp(self.state / "tee")
-            details.append(f"ARK/ASK/VCEK in {self.state / 'tee'}")
+        name = "SEV-SNP" if self.tee is TeeKind.EMULATED_SNP else "TDX"
+        with self.step(f"emulated {name} ready") as details:
+            reference_values = emulated_reference_values(self.tee, self.state / "tee")
+            details.append(f"its certificate hierarchy is in {self.state / 'tee'}")
         with self.step("workspace written") as details:
-            _, manifest = write_workspace(self.workdir, tee, [COORDINATOR, SERVER, CLIENT, LATE])
+            everyone = [COORDINATOR, SERVER, CLIENT, LATE]
+            _, manifest = write_workspace(self.workdir, reference_values, everyone)
             details.append(f"{MANIFEST} with {len(manifest.policies)} policies, owner keys")
         with self.step("Coordinator started") as details:
             self.start_coordinator()
@@ -142,7 +150,7 @@ class Demo:
             code, last = self.run_initializer(ROGUE)
             if code == 0:
                 raise DemoFailed("the rogue workload got a certificate")
-            details.append(last.removeprefix("contrast: ")[:90])
+            details.append(last.rpartition("PERMISSION_DENIED: ")[2])
         with self.step("mutual TLS between the workloads") as details:
             details.append(self._mutual_tls())
         with self.step("contrast verify") as details:
@@ -217,8 +225,10 @@ class Demo:
         return "its certificate chains to the root CA saved by verify before the restart"
 
 
-def run_demo(workdir: Path, *, say: Callable[[str], None] = print) -> None:
+def run_demo(
+    workdir: Path, *, tee: TeeKind = TeeKind.EMULATED_SNP, say: Callable[[str], None] = print
+) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    Demo(workdir, say).run()
+    Demo(workdir, say, tee).run()
     say(f"done in {time.monotonic() - started:.1f} s; look around in {workdir}")

@@ -2,18 +2,21 @@
 
 Each workload is a Pod YAML whose initdata annotation carries its (demo) policy; its hash is the
 workload's identity, as on a real cluster. The manifest admits the Coordinator and the listed
-workloads on the emulated SNP platform only, trusting the emulated TEE's own root.
+workloads on the emulated platform only, trusting the emulated TEE's own root.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from contrast.atls.issuers import TeeKind
 from contrast.atls.reportdata import public_key_der
 from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.client.workspace import (
     MANIFEST,
     SEEDSHARE_OWNER_KEY,
@@ -26,7 +29,10 @@ from contrast.client.workspace import (
 )
 from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import owner_key_digest
-from contrast.manifest.verifier import emulated_snp_reference_values
+from contrast.manifest.verifier import (
+    emulated_snp_reference_values,
+    emulated_tdx_reference_values,
+)
 from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation, policy_hash
 from contrast.seed.shares import public_key_hex
 
@@ -55,13 +61,22 @@ class DemoWorkload:
             "apiVersion: v1\nkind: Pod\nmetadata:\n"
             f"  name: {self.name}\n  namespace: default\n  annotations:\n"
             f"    {ANNOTATION}: {encode_annotation(self.initdata())}\n"
-            "spec:\n  runtimeClassName: contrast-cc-emulated-snp\n"
+            "spec:\n  runtimeClassName: contrast-cc\n"
             f"  containers:\n    - name: {self.name}\n      image: demo/{self.name}\n"
         )
 
 
+def emulated_reference_values(kind: TeeKind, tee_dir: Path) -> dict[str, list[dict[str, Any]]]:
+    """`ReferenceValues` admitting the emulated TEE in `tee_dir` (creating it if needed)."""
+    if kind is TeeKind.EMULATED_TDX:
+        return {"tdx": [emulated_tdx_reference_values(EmulatedTdx(tee_dir))]}
+    return {"snp": [emulated_snp_reference_values(EmulatedSnp(tee_dir))]}
+
+
 def write_workspace(
-    root: Path, tee: EmulatedSnp, workloads: Sequence[DemoWorkload]
+    root: Path,
+    reference_values: Mapping[str, list[dict[str, Any]]],
+    workloads: Sequence[DemoWorkload],
 ) -> tuple[Workspace, Manifest]:
     workspace = Workspace(root)
     if not workspace.path(WORKLOAD_OWNER_KEY).exists():
@@ -81,7 +96,7 @@ def write_workspace(
             }
             for workload in workloads
         },
-        "ReferenceValues": {"snp": [emulated_snp_reference_values(tee)]},
+        "ReferenceValues": dict(reference_values),
         "WorkloadOwnerKeyDigests": [owner_key_digest(public_key_der(owner.public_key()))],
         "SeedshareOwnerPubKeys": [public_key_hex(seedshare.public_key())],
     }

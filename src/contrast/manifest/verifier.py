@@ -20,12 +20,18 @@ from cryptography.hazmat.primitives import serialization
 from contrast.atls.peer import AttestedPeer
 from contrast.attestation import certificates
 from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.emulated.tdx import DEFAULT_MR_TD, DEFAULT_XFAM, EmulatedTdx
 from contrast.attestation.errors import AttestationError, Reason, ReferenceMismatch
 from contrast.attestation.evidence import Evidence, Platform
 from contrast.attestation.snp import reference as snp_reference
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore, ProductRoots
+from contrast.attestation.tdx import reference as tdx_reference
+from contrast.attestation.tdx import verify as tdx_verify
+from contrast.attestation.tdx.collateral import load_collateral
+from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
+from contrast.errors import ContrastError
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest
 
@@ -33,6 +39,7 @@ EMULATED_SNP = "Emulated-SNP"
 EMULATED_TDX = "Emulated-TDX"
 PLATFORM = "Platform"
 TRUSTED_ROOTS = "TrustedRoots"
+POLICY_HASH_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,13 @@ class SnpEntry:
     reference: snp_reference.SnpReferenceValues
     roots: AmdRootStore
     product: Product | None
+
+
+@dataclass(frozen=True)
+class TdxEntry:
+    platform: str
+    reference: tdx_reference.TdxReferenceValues
+    roots: IntelRootStore
 
 
 def _pem(certificate: x509.Certificate) -> str:
@@ -60,6 +74,50 @@ def emulated_snp_reference_values(tee: EmulatedSnp) -> dict[str, Any]:
         **reference.to_json(),
         TRUSTED_ROOTS: {"ARK": _pem(roots.ark), "ASK": _pem(roots.ask)},
     }
+
+
+def emulated_tdx_reference_values(tee: EmulatedTdx) -> dict[str, Any]:
+    """The manifest entry that admits quotes of this emulated TDX TEE (and nothing real)."""
+    reference = tdx_reference.TdxReferenceValues(
+        mr_td=frozenset({DEFAULT_MR_TD}), xfam=DEFAULT_XFAM, emulated=True
+    )
+    roots = tee.roots
+    return {
+        PLATFORM: EMULATED_TDX,
+        **reference.to_json(),
+        TRUSTED_ROOTS: {
+            "RootCA": _pem(roots.root),
+            "TcbSigning": [_pem(certificate) for certificate in roots.tcb_signing],
+        },
+    }
+
+
+def _tdx_entry(raw: Mapping[str, Any], index: int) -> TdxEntry:
+    entry = dict(raw)
+    platform = str(entry.pop(PLATFORM, ""))
+    trusted = entry.pop(TRUSTED_ROOTS, None)
+    where = f"ReferenceValues.tdx[{index}]"
+    try:
+        reference = tdx_reference.TdxReferenceValues.from_json(entry)
+    except (ContrastError, ValueError, TypeError, KeyError) as error:
+        raise ManifestError(f"{where}: {error}") from None
+    if platform == EMULATED_TDX:
+        if not reference.emulated:
+            raise ManifestError(f'{where}: an {EMULATED_TDX} entry must say "Emulated": true')
+        if not isinstance(trusted, Mapping) or "RootCA" not in trusted:
+            raise ManifestError(f"{where}: an {EMULATED_TDX} entry needs TrustedRoots RootCA")
+        root = certificates.load_certificate(str(trusted["RootCA"]).encode(), what=where)
+        signing = tuple(
+            certificates.load_certificate(str(pem).encode(), what=where)
+            for pem in trusted.get("TcbSigning", [])
+        )
+        return TdxEntry(platform, reference, IntelRootStore(root, signing, genuine=False))
+    if trusted is not None or reference.emulated:
+        raise ManifestError(
+            f"{where}: only {EMULATED_TDX} entries may be emulated or name their own"
+            f" TrustedRoots; {platform or 'real platforms'} are checked against Intel's roots"
+        )
+    return TdxEntry(platform, reference, GENUINE_INTEL_ROOTS)
 
 
 def _snp_entry(raw: Mapping[str, Any], index: int) -> SnpEntry:
@@ -94,21 +152,19 @@ class ManifestVerifier:
     def __init__(
         self,
         snp: Sequence[SnpEntry],
+        tdx: Sequence[TdxEntry] = (),
         *,
         allowed_policy_hashes: Collection[bytes] | None = None,
     ) -> None:
         self._snp = tuple(snp)
+        self._tdx = tuple(tdx)
         self._allowed = None if allowed_policy_hashes is None else frozenset(allowed_policy_hashes)
 
     def verify(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
         if evidence.platform is Platform.SNP:
             peer = self._verify_snp(evidence, report_data=report_data, now=now)
         else:
-            raise ReferenceMismatch(
-                "platform",
-                "a platform of the manifest",
-                str(evidence.platform),
-            )
+            peer = self._verify_tdx(evidence, report_data=report_data, now=now)
         if self._allowed is not None and peer.policy_hash not in self._allowed:
             raise ReferenceMismatch(
                 "policy hash",
@@ -143,34 +199,70 @@ class ManifestVerifier:
             except AttestationError as error:
                 failures.append(error)
                 continue
-            if not hmac.compare_digest(verified.report.report_data, report_data):
-                raise ReferenceMismatch(
-                    "report data",
-                    "SHA-512(public key ‖ nonce)",
-                    "other bytes",
-                    hint="the evidence was made for another key or nonce (replayed?)",
-                )
+            _check_report_data(verified.report.report_data, report_data)
             return AttestedPeer(Platform.SNP, verified.report.host_data, verified.claims())
         raise _most_telling(failures)
+
+    def _verify_tdx(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
+        if not self._tdx:
+            raise ReferenceMismatch("platform", "SNP (the manifest has no TDX entries)", "TDX")
+        # Collateral (TCB info, QE identity, CRLs) travels with the quote, as the QGS gives it.
+        collateral = load_collateral(evidence.endorsements) if evidence.endorsements else None
+        failures: list[AttestationError] = []
+        for entry in self._tdx:
+            try:
+                verified = tdx_verify.verify_quote_bytes(
+                    evidence.report, now=now, roots=entry.roots, collateral=collateral
+                )
+                tdx_reference.validate_quote(verified, entry.reference)
+            except AttestationError as error:
+                failures.append(error)
+                continue
+            body = verified.quote.body
+            _check_report_data(body.report_data, report_data)
+            if any(body.mr_config_id[POLICY_HASH_SIZE:]):
+                raise ReferenceMismatch(
+                    "MrConfigId[32:48]", "zero (a 32-byte policy hash)", body.mr_config_id.hex()
+                )
+            return AttestedPeer(
+                Platform.TDX, body.mr_config_id[:POLICY_HASH_SIZE], verified.claims()
+            )
+        raise _most_telling(failures)
+
+
+def _check_report_data(actual: bytes, expected: bytes) -> None:
+    if not hmac.compare_digest(actual, expected):
+        raise ReferenceMismatch(
+            "report data",
+            "SHA-512(public key ‖ nonce)",
+            "other bytes",
+            hint="the evidence was made for another key or nonce (replayed?)",
+        )
 
 
 def _most_telling(failures: Sequence[AttestationError]) -> AttestationError:
     """With several entries, a reference mismatch says more than an untrusted chain."""
     for failure in failures:
-        if failure.reason is not Reason.UNTRUSTED_VCEK:
+        if failure.reason not in (Reason.UNTRUSTED_VCEK, Reason.UNTRUSTED_PCK):
             return failure
     return failures[0]
 
 
-def _entries(manifest: Manifest) -> list[SnpEntry]:
-    return [_snp_entry(raw, index) for index, raw in enumerate(manifest.reference_values.snp)]
+def _entries(manifest: Manifest) -> tuple[list[SnpEntry], list[TdxEntry]]:
+    values = manifest.reference_values
+    return (
+        [_snp_entry(raw, index) for index, raw in enumerate(values.snp)],
+        [_tdx_entry(raw, index) for index, raw in enumerate(values.tdx)],
+    )
 
 
 def workload_verifier(manifest: Manifest) -> ManifestVerifier:
     """For the Coordinator: any workload of the manifest's platforms (policy checked later)."""
-    return ManifestVerifier(_entries(manifest))
+    snp, tdx = _entries(manifest)
+    return ManifestVerifier(snp, tdx)
 
 
 def coordinator_verifier(manifest: Manifest, policy_hashes: Collection[bytes]) -> ManifestVerifier:
     """For the CLI: a Coordinator on the manifest's platforms running one of `policy_hashes`."""
-    return ManifestVerifier(_entries(manifest), allowed_policy_hashes=policy_hashes)
+    snp, tdx = _entries(manifest)
+    return ManifestVerifier(snp, tdx, allowed_policy_hashes=policy_hashes)

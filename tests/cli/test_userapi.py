@@ -1,0 +1,173 @@
+"""`contrast set`, `verify` and `recover` against a real Coordinator server on loopback."""
+
+from __future__ import annotations
+
+import json
+import stat
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from contrast.cli.main import main
+from tests.cli.conftest import ROGUE, WEB, Cluster
+
+
+def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
+    code = main(list(arguments))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def contrast(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], command: str, *extra: str
+) -> tuple[int, str, str]:
+    workspace = str(cluster.workspace)
+    arguments = [command, "-c", cluster.user_api, "--workspace-dir", workspace, *extra]
+    if command == "set":
+        arguments.append(str(cluster.workspace / "resources"))
+    return run(capsys, *arguments)
+
+
+def test_set_verify_recover(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = contrast(cluster, capsys, "set")
+    assert (code, err) == (0, "")
+    assert out.startswith("✔ Manifest set (first manifest)")
+    shares = cluster.workspace / "seed-shares.json"
+    assert stat.S_IMODE(shares.stat().st_mode) == 0o600
+
+    code, out, _ = contrast(cluster, capsys, "verify")
+    assert code == 0, out
+    verify = cluster.workspace / "verify"
+    manifest = (cluster.workspace / "manifest.json").read_bytes()
+    assert (verify / "manifest.0.json").read_bytes() == manifest
+    assert len(list(verify.glob("initdata.*.toml"))) == 2
+
+    cluster.start()  # a restart: same state, no seed in memory
+    code, _, err = contrast(cluster, capsys, "verify")
+    assert code == 1
+    assert "recovery mode" in err
+    code, out, err = contrast(cluster, capsys, "recover")
+    assert (code, out.strip()) == (0, "✔ Coordinator recovered"), err
+    code, _, _ = contrast(cluster, capsys, "verify")
+    assert code == 0
+
+
+def test_verify_fails_when_the_active_manifest_is_not_the_local_one(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    path = cluster.workspace / "manifest.json"
+    document = json.loads(path.read_bytes())
+    path.write_text(json.dumps(document, indent=4))  # same content, other bytes
+    code, _, err = contrast(cluster, capsys, "verify")
+    assert code == 1
+    assert "active manifest differs" in err
+    assert (cluster.workspace / "verify" / "manifest.0.json").is_file()
+
+
+def test_update_needs_the_owner_key(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    path = cluster.workspace / "manifest.json"
+    document = json.loads(path.read_bytes())
+    document["Policies"][WEB.policy_hash.hex()]["SANs"].append("web.example")
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    stranger = cluster.workspace / "stranger.pem"
+    stranger.write_bytes(
+        ec.generate_private_key(ec.SECP384R1()).private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.TraditionalOpenSSL,
+            serialization.NoEncryption(),
+        )
+    )
+    code, _, err = contrast(cluster, capsys, "set", "--workload-owner-key", str(stranger))
+    assert code == 1
+    assert "PERMISSION_DENIED" in err
+    assert "does not list as workload owner" in err
+    code, out, err = contrast(cluster, capsys, "set")
+    assert (code, err) == (0, "")
+    assert "(update)" in out
+    assert contrast(cluster, capsys, "verify")[0] == 0
+    assert (cluster.workspace / "verify" / "manifest.1.json").is_file()
+
+
+def test_a_coordinator_with_another_policy_is_not_trusted(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = contrast(cluster, capsys, "set", "--coordinator-policy-hash", "ab" * 32)
+    assert code == 1
+    assert "did not attest" not in err
+    assert "policy hash: expected abab" in err
+    assert not (cluster.workspace / "seed-shares.json").exists()  # nothing was sent
+
+
+def test_resources_and_manifest_must_agree(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (cluster.workspace / "resources" / "web.yml").unlink()
+    code, _, err = contrast(cluster, capsys, "set")
+    assert code == 1
+    assert f"lists policy {WEB.policy_hash.hex()}" in err
+
+
+def test_unreachable_coordinator_is_one_line(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(
+        capsys, "verify", "-c", "127.0.0.1:1", "--workspace-dir", str(cluster.workspace)
+    )
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert "cannot reach the Coordinator at 127.0.0.1:1" in err
+
+
+def test_initializer_refused_for_unknown_policy_and_served_for_a_known_one(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    common = ["--tee", "emulated-snp", "--tee-state", str(cluster.tee_dir), "--deadline", "5"]
+    rogue_files = tmp_path / "rogue"
+    code, _, err = run(
+        capsys, "initializer", *common, "--policy-hash", ROGUE.policy_hash.hex(),
+        "--coordinator", cluster.mesh_api, "--output", str(rogue_files),
+    )  # fmt: skip
+    assert code == 1
+    assert "PERMISSION_DENIED" in err
+    assert not rogue_files.exists()
+
+    web_files = tmp_path / "web"
+    code, _, err = run(
+        capsys, "initializer", *common, "--policy-hash", WEB.policy_hash.hex(),
+        "--coordinator", cluster.mesh_api, "--output", str(web_files),
+    )  # fmt: skip
+    assert code == 0, err
+    tls = web_files / "tls-config"
+    result = subprocess.run(
+        ["openssl", "verify", "-CAfile", str(tls / "mesh-ca.pem"), str(tls / "certChain.pem")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("certChain.pem: OK")
+    assert stat.S_IMODE((tls / "key.pem").stat().st_mode) == 0o400
+
+
+def test_metrics_and_probes(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    http = f"http://127.0.0.1:{cluster.servers[-1].ports.http}"
+
+    def get(path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(http + path, timeout=5) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    assert get("/probe/readiness") == (503, "no manifest\n")
+    assert contrast(cluster, capsys, "set")[0] == 0
+    assert get("/probe/readiness") == (200, "ready\n")
+    status, metrics = get("/metrics")
+    assert status == 200
+    assert "contrast_coordinator_manifest_generation 1.0" in metrics
