@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
+from datetime import UTC, datetime
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from contrast.atls.reportdata import public_key_der, report_data
+from contrast.attestation.evidence import Evidence
 from contrast.coordinator.core import Coordinator, Mode
 from contrast.coordinator.errors import Conflict, InvalidRequest, NotReady, PermissionDenied
 from contrast.manifest.ownership import sign_update
@@ -30,7 +34,7 @@ def ready(deployment: Deployment) -> tuple[Coordinator, bytes, bytes]:
 
 def mesh_request(
     coordinator: Coordinator, deployment: Deployment, name: str
-) -> tuple[ec.EllipticCurvePrivateKey, bytes, object]:
+) -> tuple[ec.EllipticCurvePrivateKey, bytes, Evidence]:
     key = ec.generate_private_key(ec.SECP256R1())
     nonce = coordinator.new_nonce()
     public_key = public_key_der(key.public_key())
@@ -234,3 +238,14 @@ def test_rolled_back_history_is_detected(
     with pytest.raises(PermissionDenied, match="rolled back"):
         restarted.recover(seed, salt, expected_transition_hash=seen_by_owner)
     restarted.recover(seed, salt, expected_transition_hash=current)  # an older head is fine
+
+
+def test_a_revoked_vcek_is_refused(deployment: Deployment) -> None:
+    coordinator, _, _ = ready(deployment)
+    key, nonce, evidence = mesh_request(coordinator, deployment, "web")
+    crl = deployment.tee.crl([deployment.tee.vcek], now=datetime.now(UTC))
+    with_crl = replace(
+        evidence, endorsements=(*evidence.endorsements, crl.public_bytes(Encoding.DER))
+    )
+    with pytest.raises(PermissionDenied, match="certificate_revoked"):
+        coordinator.new_mesh_certificate(nonce, public_key_der(key.public_key()), with_crl)

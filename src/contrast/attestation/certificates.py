@@ -185,3 +185,33 @@ def parse_time(text: str) -> datetime:
 def certificate_chain_names(certificates: Sequence[x509.Certificate]) -> str:
     """`leaf ← intermediate ← root` by CN, for messages."""
     return " ← ".join(common_name(c.subject) for c in certificates)
+
+
+def split_endorsements(
+    files: Sequence[bytes], *, what: str
+) -> tuple[list[x509.Certificate], x509.CertificateRevocationList | None]:
+    """Certificates (DER or PEM, any number per file) and at most one CRL, told apart by content.
+
+    Evidence carries its endorsements as a flat list of files (VCEK, ASK, ARK, the AMD CRL), so
+    each file is looked at: PEM by its armour, DER by trying the CRL parser.
+    """
+    chain: list[x509.Certificate] = []
+    crl = None
+    for data in files:
+        if _looks_like_crl(data):
+            crl = load_crl(data, what=f"{what} (CRL)")
+        else:
+            chain.extend(load_certificates(data, what=what))
+    return chain, crl
+
+
+def _looks_like_crl(data: bytes) -> bool:
+    if b"-----BEGIN X509 CRL-----" in data:
+        return True
+    if b"-----BEGIN" in data:
+        return False
+    try:
+        load_crl(data, what="CRL")
+    except MalformedEvidence:
+        return False
+    return True

@@ -13,12 +13,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-
 from contrast.attestation import certificates
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
-from contrast.attestation.errors import AttestationError, MalformedEvidence, Reason
+from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.evidence import Platform
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
@@ -62,7 +60,7 @@ def verify_snp(
 ) -> Verdict:
     """Verify an SNP report with the VCEK/VLEK (and optionally CRL) files given."""
     try:
-        chain, crl = _split_snp_endorsements(endorsements)
+        chain, crl = certificates.split_endorsements(endorsements, what="SNP endorsement")
         verified = snp_verify.verify_evidence(
             report,
             chain,
@@ -109,29 +107,3 @@ def _require_state(state_dir: Path) -> None:
             f"no emulated TEE state in {state_dir}",
             hint="pass the directory the emulated TEE was created in (e.g. WORKDIR/.state/tee)",
         )
-
-
-def _split_snp_endorsements(
-    files: Sequence[bytes],
-) -> tuple[list[x509.Certificate], x509.CertificateRevocationList | None]:
-    """Certificates (DER or PEM) go to the chain; a CRL file becomes the revocation list."""
-    chain: list[x509.Certificate] = []
-    crl = None
-    for data in files:
-        if _looks_like_crl(data):
-            crl = certificates.load_crl(data, what="AMD CRL")
-        else:
-            chain.extend(certificates.load_certificates(data, what="endorsement"))
-    return chain, crl
-
-
-def _looks_like_crl(data: bytes) -> bool:
-    if b"-----BEGIN X509 CRL-----" in data:
-        return True
-    if b"-----BEGIN" in data:
-        return False
-    try:
-        certificates.load_crl(data, what="CRL")
-    except MalformedEvidence:
-        return False
-    return True

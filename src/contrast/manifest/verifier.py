@@ -177,13 +177,9 @@ class ManifestVerifier:
     def _verify_snp(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
         if not self._snp:
             raise ReferenceMismatch("platform", "TDX (the manifest has no SNP entries)", "SNP")
-        chain: list[x509.Certificate] = []
-        crl = None
-        for data in evidence.endorsements:
-            if b"CRL" in data[:40]:
-                crl = certificates.load_crl(data, what="the AMD CRL")
-            else:
-                chain.extend(certificates.load_certificates(data, what="an SNP endorsement"))
+        chain, crl = certificates.split_endorsements(
+            evidence.endorsements, what="an SNP endorsement"
+        )
         failures: list[AttestationError] = []
         for entry in self._snp:
             try:
