@@ -16,8 +16,11 @@ Reason codes: `bad_tcb_info_signature`, `bad_qe_identity_signature`, `tcb_info_e
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -59,6 +62,16 @@ TDX_COMPONENTS = 16
 SIGNATURE_SIZE = 64
 
 _T = TypeVar("_T")
+# Signatures already checked: collateral is reused for many quotes, its signatures need checking
+# once. Keyed by content (documents) or by the object held in the entry (CRLs).
+_MEMO_SIZE = 64
+_memo_lock = threading.Lock()
+_verified_documents: OrderedDict[bytes, x509.Certificate] = OrderedDict()
+_crl_issuers: OrderedDict[int, tuple[x509.CertificateRevocationList, bytes]] = OrderedDict()
+_subjects: OrderedDict[x509.Certificate, bytes] = OrderedDict()
+_verified_crls: OrderedDict[int, tuple[x509.CertificateRevocationList, x509.Certificate]] = (
+    OrderedDict()
+)
 _HEX = re.compile(rb"[0-9a-fA-F\s]+")
 
 
@@ -602,6 +615,11 @@ def _check_signature(
     reason: Reason,
     what: str,
 ) -> None:
+    digest = hashlib.sha256(body + signature).digest()
+    with _memo_lock:
+        signer = _verified_documents.get(digest)
+    if signer is not None and signer in signers:
+        return
     r = int.from_bytes(signature[:32], "big")
     s = int.from_bytes(signature[32:], "big")
     for signer in signers:
@@ -612,10 +630,40 @@ def _check_signature(
             and isinstance(key, ec.EllipticCurvePublicKey)
             and verify_ecdsa(key, r, s, body, hashes.SHA256())
         ):
+            with _memo_lock:
+                _verified_documents[digest] = signer
+                while len(_verified_documents) > _MEMO_SIZE:
+                    _verified_documents.popitem(last=False)
             return
     raise VerificationFailed(
         reason, f"the {what} signature does not verify with the Intel TCB Signing certificate"
     )
+
+
+def _verify_crl(
+    crl: x509.CertificateRevocationList,
+    issuer: x509.Certificate,
+    now: datetime,
+    *,
+    what: str,
+    expired_reason: Reason,
+) -> None:
+    """`verify_crl`, skipping the signature for a CRL object already verified with `issuer`.
+
+    The memo holds the CRL object itself, so its id cannot be reused by another object while
+    the entry exists; the validity window is checked on every call.
+    """
+    with _memo_lock:
+        entry = _verified_crls.get(id(crl))
+    if entry is not None and entry[0] is crl and entry[1] == issuer:
+        next_update = crl.next_update_utc
+        if crl.last_update_utc <= now and (next_update is None or now <= next_update):
+            return
+    verify_crl(crl, issuer, now, what=what, expired_reason=expired_reason)
+    with _memo_lock:
+        _verified_crls[id(crl)] = (crl, issuer)
+        while len(_verified_crls) > _MEMO_SIZE:
+            _verified_crls.popitem(last=False)
 
 
 def _check_window(
@@ -653,8 +701,8 @@ def _check_crls(
     not concern this chain and is skipped.
     """
     for crl in crls:
-        if crl.issuer == roots.root.subject:
-            verify_crl(
+        if _issued_by(crl, roots.root):
+            _verify_crl(
                 crl,
                 roots.root,
                 now,
@@ -663,11 +711,35 @@ def _check_crls(
             )
             check_not_revoked(crl, intermediate, what="the PCK CA")
     for crl in crls:
-        if crl.issuer == intermediate.subject:
-            verify_crl(
+        if _issued_by(crl, intermediate):
+            _verify_crl(
                 crl, intermediate, now, what="the PCK CRL", expired_reason=Reason.PCK_CRL_EXPIRED
             )
             check_not_revoked(crl, leaf, what="the PCK certificate")
+
+
+def _issued_by(crl: x509.CertificateRevocationList, certificate: x509.Certificate) -> bool:
+    """Whether the CRL's issuer name is the certificate's subject (names compared as DER).
+
+    `cryptography` builds new `Name` objects on every access; the DER of both names is
+    remembered (the CRL by identity, held in the entry) because every quote asks again.
+    """
+    with _memo_lock:
+        entry = _crl_issuers.get(id(crl))
+        subject = _subjects.get(certificate)
+    if entry is None or entry[0] is not crl:
+        entry = (crl, crl.issuer.public_bytes())
+        with _memo_lock:
+            _crl_issuers[id(crl)] = entry
+            while len(_crl_issuers) > _MEMO_SIZE:
+                _crl_issuers.popitem(last=False)
+    if subject is None:
+        subject = certificate.subject.public_bytes()
+        with _memo_lock:
+            _subjects[certificate] = subject
+            while len(_subjects) > _MEMO_SIZE:
+                _subjects.popitem(last=False)
+    return entry[1] == subject
 
 
 def _masked_equal(value: bytes, mask: bytes, expected: bytes) -> bool:

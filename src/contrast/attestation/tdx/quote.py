@@ -123,6 +123,15 @@ class QuoteHeader:
         )
 
 
+# TD report fields in wire order, sizes as in the dataclass below (§4.2): TEE_TCB_SVN, MRSEAM,
+# MRSIGNERSEAM, SEAM_ATTRIBUTES, TD_ATTRIBUTES, XFAM, MRTD, MRCONFIGID, MROWNER, MROWNERCONFIG,
+# RTMR0..3, REPORTDATA; TDX 1.5 appends TEE_TCB_SVN2 and MRSERVICETD.
+_TD_REPORT_1_0 = struct.Struct("<16s48s48s8s8s8s48s48s48s48s48s48s48s48s64s")
+_TD_REPORT_1_5 = struct.Struct(_TD_REPORT_1_0.format + "16s48s")
+assert _TD_REPORT_1_0.size == TD_REPORT_1_0_SIZE
+assert _TD_REPORT_1_5.size == TD_REPORT_1_5_SIZE
+
+
 @dataclass(frozen=True)
 class TdReport:
     """The TD report body: TDX 1.0 (584 bytes) or TDX 1.5 (648 bytes, two more fields).
@@ -145,29 +154,6 @@ class TdReport:
     report_data: bytes  # 64
     tee_tcb_svn_2: bytes | None = None  # 16, TDX 1.5 only
     mr_servicetd: bytes | None = None  # 48, TDX 1.5 only
-
-    # (name, size) in wire order; TDX 1.5 appends the last two.
-    _LAYOUT: ClassVar[tuple[tuple[str, int], ...]] = (
-        ("tee_tcb_svn", 16),
-        ("mr_seam", 48),
-        ("mr_signer_seam", 48),
-        ("seam_attributes", 8),
-        ("td_attributes", 8),
-        ("xfam", 8),
-        ("mr_td", 48),
-        ("mr_config_id", 48),
-        ("mr_owner", 48),
-        ("mr_owner_config", 48),
-        ("rtmr0", 48),
-        ("rtmr1", 48),
-        ("rtmr2", 48),
-        ("rtmr3", 48),
-        ("report_data", 64),
-    )
-    _LAYOUT_1_5: ClassVar[tuple[tuple[str, int], ...]] = (
-        ("tee_tcb_svn_2", 16),
-        ("mr_servicetd", 48),
-    )
 
     @property
     def body_type(self) -> int:
@@ -199,14 +185,24 @@ class TdReport:
             raise _malformed(
                 f"TD report body type {body_type} is {expected[body_type]} bytes, got {len(data)}"
             )
-        layout = cls._LAYOUT + (cls._LAYOUT_1_5 if body_type == BODY_TYPE_TDX_1_5 else ())
-        fields: dict[str, bytes] = {}
-        offset = 0
-        for name, size in layout:
-            fields[name] = data[offset : offset + size]
-            offset += size
-        rtmrs = (fields.pop("rtmr0"), fields.pop("rtmr1"), fields.pop("rtmr2"), fields.pop("rtmr3"))
-        return cls(rtmrs=rtmrs, **fields)
+        is_1_5 = body_type == BODY_TYPE_TDX_1_5
+        v = (_TD_REPORT_1_5 if is_1_5 else _TD_REPORT_1_0).unpack(data)
+        return cls(
+            tee_tcb_svn=v[0],
+            mr_seam=v[1],
+            mr_signer_seam=v[2],
+            seam_attributes=v[3],
+            td_attributes=v[4],
+            xfam=v[5],
+            mr_td=v[6],
+            mr_config_id=v[7],
+            mr_owner=v[8],
+            mr_owner_config=v[9],
+            rtmrs=(v[10], v[11], v[12], v[13]),
+            report_data=v[14],
+            tee_tcb_svn_2=v[15] if is_1_5 else None,
+            mr_servicetd=v[16] if is_1_5 else None,
+        )
 
     def to_bytes(self) -> bytes:
         return (

@@ -9,8 +9,10 @@ differs, and `genuine` tells the two apart.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cache
 from importlib import resources
@@ -29,9 +31,11 @@ class IntelRootStore:
     # False for the emulated TEE's store: its evidence must never pass as real hardware's.
     genuine: bool = False
 
-    @property
-    def root_fingerprint(self) -> bytes:
-        return self.root.fingerprint(hashes.SHA256())
+    # Derived from `root`; computed once because every verification looks it up.
+    root_fingerprint: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "root_fingerprint", self.root.fingerprint(hashes.SHA256()))
 
     def tcb_signing_at(
         self, now: datetime, extra: Iterable[x509.Certificate] = ()
@@ -41,24 +45,39 @@ class IntelRootStore:
         `extra` are certificates that came with the collateral (its issuer chain); they are
         trusted only if the root signed them, exactly like the built-in ones.
         """
-        seen: set[bytes] = set()
+        seen: set[x509.Certificate] = set()
         chosen = []
         for certificate in (*self.tcb_signing, *extra):
-            fingerprint = certificate.fingerprint(hashes.SHA256())
-            if fingerprint in seen or fingerprint == self.root_fingerprint:
+            if certificate in seen or certificate == self.root:
                 continue
-            seen.add(fingerprint)
+            seen.add(certificate)
             valid = certificate.not_valid_before_utc <= now <= certificate.not_valid_after_utc
             if valid and self.issued_by_root(certificate):
                 chosen.append(certificate)
         return chosen
 
     def issued_by_root(self, certificate: x509.Certificate) -> bool:
+        key = (self.root, certificate)
+        with _issued_lock:
+            known = _issued.get(key)
+        if known is not None:
+            return known
         try:
             certificate.verify_directly_issued_by(self.root)
+            issued = True
         except (InvalidSignature, ValueError, TypeError, UnsupportedAlgorithm):
-            return False
-        return True
+            issued = False
+        with _issued_lock:
+            _issued[key] = issued
+            while len(_issued) > _ISSUED_SIZE:
+                _issued.popitem(last=False)
+        return issued
+
+
+# Whether a root signed a certificate never changes: remembered, as every collateral check asks.
+_ISSUED_SIZE = 64
+_issued: OrderedDict[tuple[x509.Certificate, x509.Certificate], bool] = OrderedDict()
+_issued_lock = threading.Lock()
 
 
 @cache

@@ -15,8 +15,10 @@ The checks, in the order that gives each conformance vector its stated reason
    `tdx.tcbstatus`.
 
 A verified PCK chain is remembered (keyed by its exact bytes and the root) for as long as every
-certificate in it stays valid, so a steady stream of quotes from the same platform costs two
-P-256 verifications each: the QE report and the quote.
+certificate in it stays valid, and so is the attestation key the QE report certified under that
+chain (keyed by the exact certification data): the quoting enclave reuses one attestation key
+for many quotes, so in steady state a quote costs one P-256 verification, its own signature.
+Every check still runs in full the first time any of these bytes is seen.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from contrast.attestation.tdx.quote import (
 from contrast.attestation.tdx.tcbstatus import TcbEvaluation
 from contrast.attestation.tdx.trust import IntelRootStore
 
-_CHAIN_CACHE_SIZE = 256
+_CACHE_SIZE = 256
 _SCALAR_SIZE = 32
 
 
@@ -65,6 +67,8 @@ class PckChain:
     root: x509.Certificate
     public_key: ec.EllipticCurvePublicKey
     extension: PckExtension
+    # The trusted root's fingerprint ‖ SHA-256 of the chain's PEM bytes: names this chain.
+    fingerprint: bytes
 
     @property
     def certificates(self) -> tuple[x509.Certificate, ...]:
@@ -127,19 +131,12 @@ def verify_quote(
     chain_pem = signature_data.pck_chain_pem
     assert chain_pem is not None
     chain = verify_pck_chain(chain_pem, now=now, roots=roots)
-    if not _verify_raw(chain.public_key, qe.qe_report_signature, qe.qe_report.to_bytes()):
+    attestation_key = _certified_attestation_key(chain, signature_data)
+    if not _verify_raw(attestation_key, signature_data.signature, quote.signed_bytes):
         raise VerificationFailed(
-            Reason.BAD_QE_REPORT_SIGNATURE,
-            "the QE report is not signed by the PCK certificate's key",
+            Reason.BAD_QUOTE_SIGNATURE,
+            "the quote (header and TD report) is not signed by its attestation key",
         )
-    expected = hashlib.sha256(signature_data.attestation_key + qe.qe_auth_data).digest()
-    if qe.qe_report.report_data != expected + bytes(32):
-        raise VerificationFailed(
-            Reason.QE_REPORT_DATA_MISMATCH,
-            "the QE report does not vouch for this attestation key and QE authentication data"
-            " (REPORTDATA ≠ SHA-256(key ‖ auth data) ‖ zeros)",
-        )
-    _check_quote_signature(quote, signature_data)
     tcb = None
     if collateral is not None:
         tcb = check_collateral(
@@ -179,7 +176,37 @@ def _check_supported(quote: Quote) -> None:
         )
 
 
-def _check_quote_signature(quote: Quote, signature_data: QuoteSignatureData) -> None:
+def _certified_attestation_key(
+    chain: PckChain, signature_data: QuoteSignatureData
+) -> ec.EllipticCurvePublicKey:
+    """The attestation key, once the PCK-signed QE report vouches for it.
+
+    The quoting enclave certifies one attestation key for many quotes, so the outcome for the
+    exact same PCK, QE certification data and key is remembered: a steady stream of quotes from
+    one platform then costs one signature check each (the quote's).
+    """
+    qe = signature_data.qe_certification
+    assert qe is not None
+    memo_key = hashlib.sha256(
+        chain.fingerprint + signature_data.certification.data + signature_data.attestation_key
+    ).digest()
+    with _cache_lock:
+        key = _attestation_keys.get(memo_key)
+        if key is not None:
+            _attestation_keys.move_to_end(memo_key)
+            return key
+    if not _verify_raw(chain.public_key, qe.qe_report_signature, qe.qe_report.to_bytes()):
+        raise VerificationFailed(
+            Reason.BAD_QE_REPORT_SIGNATURE,
+            "the QE report is not signed by the PCK certificate's key",
+        )
+    expected = hashlib.sha256(signature_data.attestation_key + qe.qe_auth_data).digest()
+    if qe.qe_report.report_data != expected + bytes(32):
+        raise VerificationFailed(
+            Reason.QE_REPORT_DATA_MISMATCH,
+            "the QE report does not vouch for this attestation key and QE authentication data"
+            " (REPORTDATA ≠ SHA-256(key ‖ auth data) ‖ zeros)",
+        )
     try:
         key = ec.EllipticCurvePublicKey.from_encoded_point(
             ec.SECP256R1(), b"\x04" + signature_data.attestation_key
@@ -188,11 +215,11 @@ def _check_quote_signature(quote: Quote, signature_data: QuoteSignatureData) -> 
         raise VerificationFailed(
             Reason.BAD_QUOTE_SIGNATURE, "the attestation key is not a point on P-256"
         ) from None
-    if not _verify_raw(key, signature_data.signature, quote.signed_bytes):
-        raise VerificationFailed(
-            Reason.BAD_QUOTE_SIGNATURE,
-            "the quote (header and TD report) is not signed by its attestation key",
-        )
+    with _cache_lock:
+        _attestation_keys[memo_key] = key
+        while len(_attestation_keys) > _CACHE_SIZE:
+            _attestation_keys.popitem(last=False)
+    return key
 
 
 def _verify_raw(key: ec.EllipticCurvePublicKey, signature: bytes, data: bytes) -> bool:
@@ -215,32 +242,35 @@ class _CachedChain:
 
 
 _chain_cache: OrderedDict[tuple[bytes, bytes], _CachedChain] = OrderedDict()
-_chain_cache_lock = threading.Lock()
+_attestation_keys: OrderedDict[bytes, ec.EllipticCurvePublicKey] = OrderedDict()
+_cache_lock = threading.Lock()
 
 
 def verify_pck_chain(chain_pem: bytes, *, now: datetime, roots: IntelRootStore) -> PckChain:
     """PCK ← PCK Platform/Processor CA ← the trusted root, each valid at `now`."""
     key = (roots.root_fingerprint, hashlib.sha256(chain_pem).digest())
-    with _chain_cache_lock:
+    with _cache_lock:
         cached = _chain_cache.get(key)
         if cached is not None:
             _chain_cache.move_to_end(key)
     if cached is not None and cached.valid_from <= now <= cached.valid_until:
         return cached.chain
-    chain = _verify_pck_chain(chain_pem, now=now, roots=roots)
+    chain = _verify_pck_chain(chain_pem, now=now, roots=roots, fingerprint=b"".join(key))
     entry = _CachedChain(
         chain,
         max(c.not_valid_before_utc for c in chain.certificates),
         min(c.not_valid_after_utc for c in chain.certificates),
     )
-    with _chain_cache_lock:
+    with _cache_lock:
         _chain_cache[key] = entry
-        while len(_chain_cache) > _CHAIN_CACHE_SIZE:
+        while len(_chain_cache) > _CACHE_SIZE:
             _chain_cache.popitem(last=False)
     return chain
 
 
-def _verify_pck_chain(chain_pem: bytes, *, now: datetime, roots: IntelRootStore) -> PckChain:
+def _verify_pck_chain(
+    chain_pem: bytes, *, now: datetime, roots: IntelRootStore, fingerprint: bytes
+) -> PckChain:
     certificates = load_certificates(chain_pem, what="PCK certificate chain in the quote")
     if len(certificates) == 2:
         certificates.append(roots.root)
@@ -275,4 +305,4 @@ def _verify_pck_chain(chain_pem: bytes, *, now: datetime, roots: IntelRootStore)
         public_key.curve, ec.SECP256R1
     ):
         raise VerificationFailed(Reason.UNTRUSTED_PCK, "the PCK key is not a P-256 key")
-    return PckChain(leaf, intermediate, root, public_key, read_pck_extension(leaf))
+    return PckChain(leaf, intermediate, root, public_key, read_pck_extension(leaf), fingerprint)
