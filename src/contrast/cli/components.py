@@ -15,6 +15,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from contrast import logs
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.coordinator.core import Coordinator, utc_now
@@ -66,6 +67,12 @@ def register(commands: Any) -> None:
 
 def _tee_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
+        "--log-format",
+        choices=["json", "text"],
+        default=os.environ.get("CONTRAST_LOG_FORMAT", "json"),
+        help="log lines on stderr (env CONTRAST_LOG_FORMAT; default: json)",
+    )
+    parser.add_argument(
         "--tee",
         type=TeeKind,
         choices=list(TeeKind),
@@ -102,7 +109,7 @@ def _issuer(arguments: argparse.Namespace) -> Any:
 
 
 def run_coordinator(arguments: argparse.Namespace) -> int:
-    logging.getLogger("contrast").setLevel(logging.INFO)
+    logs.configure(json_lines=arguments.log_format == "json")
     issuer = _issuer(arguments)
     coordinator = Coordinator(
         History(FileSystemStore(arguments.state_dir)), verifier_for=workload_verifier
@@ -132,7 +139,7 @@ def run_coordinator(arguments: argparse.Namespace) -> int:
 
 
 def run_initializer(arguments: argparse.Namespace) -> int:
-    logging.getLogger("contrast").setLevel(logging.INFO)
+    logs.configure(json_lines=arguments.log_format == "json")
     target = (
         arguments.coordinator if ":" in arguments.coordinator else (f"{arguments.coordinator}:7777")
     )
