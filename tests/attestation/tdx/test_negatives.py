@@ -395,3 +395,32 @@ def test_pce_id_mismatch(tmp_path: Path) -> None:
             tee.issue(bytes(64)), now=NOW, roots=tee.roots, collateral=load_collateral([changed])
         )
     assert caught.value.reason is Reason.PCE_ID_MISMATCH
+
+
+# The caches must never turn a refusal into an acceptance.
+
+
+def test_cached_chain_is_rechecked_outside_its_validity() -> None:
+    data = quote_bytes(V4)
+    verify_quote_bytes(data, now=valid_at(V4), roots=GENUINE_INTEL_ROOTS)
+    assert reason_of(data, datetime(2031, 1, 1, tzinfo=UTC)) is Reason.CERTIFICATE_EXPIRED
+
+
+def test_cached_attestation_key_still_checks_each_quote_signature() -> None:
+    data = quote_bytes(V4)
+    verify_quote_bytes(data, now=valid_at(V4), roots=GENUINE_INTEL_ROOTS)
+    tampered = flipped(data, body_start(data) + BODY_FIELDS["report_data"])
+    assert reason_of(tampered, valid_at(V4)) is Reason.BAD_QUOTE_SIGNATURE
+
+
+def test_cached_collateral_windows_are_rechecked() -> None:
+    collateral = load_collateral(gtg_files(*ALL_GTG))
+    data = quote_bytes(V4)
+    verify_quote_bytes(data, now=valid_at(V4), roots=GENUINE_INTEL_ROOTS, collateral=collateral)
+    late = datetime(2023, 7, 20, tzinfo=UTC)
+    assert reason_of(data, late, collateral=collateral) is Reason.TCB_INFO_EXPIRED
+    crl_only = load_collateral(gtg_files("pck_crl_platform.der"))
+    verify_quote_bytes(data, now=valid_at(V4), roots=GENUINE_INTEL_ROOTS, collateral=crl_only)
+    assert reason_of(data, datetime(2023, 7, 10, tzinfo=UTC), collateral=crl_only) is (
+        Reason.PCK_CRL_EXPIRED
+    )

@@ -5,10 +5,12 @@ from __future__ import annotations
 import hashlib
 
 import pytest
+from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from contrast.attestation.certificates import load_certificates
-from contrast.attestation.errors import AttestationError
+from contrast.attestation.errors import AttestationError, MalformedEvidence, Reason
+from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.pck import read_pck_extension
 from contrast.attestation.tdx.quote import INTEL_QE_VENDOR_ID, Quote
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS
@@ -23,7 +25,7 @@ from tests.attestation.tdx.vectors import (
     valid_at,
     vector,
 )
-from tests.conftest import Vector, require_shared
+from tests.conftest import ATTESTATION_DATA, Vector, require_shared
 
 PARSEABLE = [v for v in TDX_VECTORS if v.expected["expected"] != "malformed_quote"]
 
@@ -194,3 +196,43 @@ def test_tdreport_fields_equal_the_quote_body() -> None:
     assert tdinfo[0:8] == body.td_attributes
     assert tdinfo[16:64] == body.mr_td
     assert hashlib.sha384(tee_tcb_info).digest() == tdreport[32:80]
+
+
+@pytest.mark.parametrize(
+    "vector_name", ["phala-b0c06f-v4", "phala-dstack-2024-v4", "phala-90c06f-v5"]
+)
+def test_dcap_qvl_bundle_gives_the_same_result(vector_name: str) -> None:
+    v = vector(vector_name)
+    folder = ATTESTATION_DATA / v.expected["collateral"]["collateral_dir"]
+    bundle = load_collateral([(folder / "dcap_qvl_collateral.json").read_bytes()])
+    assert bundle.tcb_info is not None
+    assert bundle.qe_identity is not None
+    assert len(bundle.crls) == 2
+    verified = verify_quote_bytes(
+        quote_bytes(v), now=valid_at(v), roots=GENUINE_INTEL_ROOTS, collateral=bundle
+    )
+    assert verified.claims()["tcb_status"] == expected_tcb_status(v)
+
+
+def test_collateral_in_pem_and_hex_forms() -> None:
+    v = vector("trustee-quote4-v4-debug")
+    folder = ATTESTATION_DATA / "collateral" / "intel" / "gtg-2023-06"
+    der = (folder / "pck_crl_platform.der").read_bytes()
+    pem = x509.load_der_x509_crl(der).public_bytes(Encoding.PEM)
+    hexed = (folder / "root_ca_crl.der").read_bytes().hex().encode() + b"\0"
+    bundle = load_collateral([pem, hexed, (folder / "tcb_info.json").read_bytes()])
+    assert len(bundle.crls) == 2
+    verified = verify_quote_bytes(
+        quote_bytes(v), now=valid_at(v), roots=GENUINE_INTEL_ROOTS, collateral=bundle
+    )
+    assert verified.tcb is not None
+    assert verified.tcb.qe is None  # no QE identity given
+
+
+def test_two_tcb_infos_are_refused() -> None:
+    tcb_info = (
+        ATTESTATION_DATA / "collateral" / "intel" / "gtg-2023-06" / "tcb_info.json"
+    ).read_bytes()
+    with pytest.raises(MalformedEvidence) as caught:
+        load_collateral([tcb_info, tcb_info])
+    assert caught.value.reason is Reason.MALFORMED_COLLATERAL
