@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs the Debian packages the tests run for real (today: openssl, whose `verify` checks the
+# mesh certificate chains). Only missing commands are installed; needs root for apt-get.
+set -euo pipefail
+declare -A packages=([openssl]=openssl)
+missing=()
+for command in "${!packages[@]}"; do
+    command -v "$command" >/dev/null || missing+=("${packages[$command]}")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+if [ "$(id -u)" -ne 0 ]; then
+    echo "missing Debian packages: ${missing[*]} (run this script as root)" >&2
+    exit 1
+fi
+apt-get update -qq
+DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
