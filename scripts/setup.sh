@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests use, creates .venv and installs the project with its
-# development tools. Idempotent: a second run
-# only checks that everything is there.
+# development tools. Idempotent: a second run only checks that everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/system-deps.sh
