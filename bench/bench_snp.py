@@ -10,8 +10,6 @@ Run: `.venv/bin/python bench/bench_snp.py [iterations]`.
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -23,20 +21,10 @@ from contrast.attestation.certificates import load_certificate
 from contrast.attestation.snp.report import SIGNED_SIZE, Report
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS
 from contrast.attestation.snp.verify import verify_evidence
+from timing import best_per_call  # bench/timing.py, beside this script
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "evidence" / "snp-milan-oak"
 GOAL = 1.3
-
-
-def _best_per_call(function: Callable[[], object], iterations: int, rounds: int = 5) -> float:
-    """Seconds per call: the best of `rounds` timed loops (least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            function()
-        best = min(best, (time.perf_counter() - start) / iterations)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,8 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         verify_evidence(report, [vcek], now=now, roots=GENUINE_AMD_ROOTS)
 
     full()  # warm the chain cache: steady state is what a Coordinator sees
-    raw = _best_per_call(baseline, iterations)
-    verified = _best_per_call(full, iterations)
+    raw = best_per_call(baseline, iterations)
+    verified = best_per_call(full, iterations)
     ratio = verified / raw
     print(f"raw P-384 ECDSA verify      {raw * 1e6:9.1f} us")
     print(f"verify_evidence (cached)    {verified * 1e6:9.1f} us")

@@ -12,8 +12,6 @@ Run: `.venv/bin/python bench/bench_tdx.py [iterations]` (needs ../shared/testdat
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from cryptography.hazmat.primitives import hashes
@@ -25,23 +23,13 @@ from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.quote import Quote
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS
 from contrast.attestation.tdx.verify import verify_quote_bytes
+from timing import best_per_call  # bench/timing.py, beside this script
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "testdata" / "attestation"
 VECTOR = DATA / "tdx" / "phala-b0c06f-v4"
 COLLATERAL = DATA / "collateral" / "intel" / "phala-2025-06"
 VALID_AT = "2025-06-20T00:00:00Z"
 GOAL = 1.3
-
-
-def _best_per_call(function: Callable[[], object], iterations: int, rounds: int = 5) -> float:
-    """Seconds per call: the best of `rounds` timed loops (least disturbed by other load)."""
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(iterations):
-            function()
-        best = min(best, (time.perf_counter() - start) / iterations)
-    return best
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,9 +66,9 @@ def main(argv: list[str] | None = None) -> int:
         verify_quote_bytes(data, now=now, roots=GENUINE_INTEL_ROOTS, collateral=collateral)
 
     with_collateral()  # warm the caches: steady state is what a Coordinator sees
-    raw = _best_per_call(baseline, iterations)
-    verified = _best_per_call(full, iterations)
-    checked = _best_per_call(with_collateral, iterations)
+    raw = best_per_call(baseline, iterations)
+    verified = best_per_call(full, iterations)
+    checked = best_per_call(with_collateral, iterations)
     floor = 2 * raw
     print(f"raw P-256 ECDSA verify (baseline)     {raw * 1e6:9.1f} us")
     print(f"floor: two raw verifies               {floor * 1e6:9.1f} us")

@@ -62,3 +62,27 @@ def require_shared() -> None:
         pytest.fail(
             f"conformance data not found at {ATTESTATION_DATA}: clone shared/ beside the repo"
         )
+
+
+def expected_snp_claims(facts: dict[str, Any]) -> dict[str, Any]:
+    """The claims a verifier must report for an SNP vector, from its expected.json `report`."""
+    tcb = facts["reported_tcb"]
+    return {
+        "version": facts["version"],
+        "product": facts["product"],
+        "signing_key": facts["signing_key"].lower(),
+        "guest_policy": int(facts["policy"], 16),
+        "vmpl": facts["vmpl"],
+        "measurement": facts["measurement"],
+        "report_data": facts["report_data"],
+        "host_data": facts["host_data"],
+        "chip_id": facts["chip_id"],
+        "reported_tcb": {
+            "bootloader": tcb["bl"],
+            "tee": tcb["tee"],
+            "snp": tcb["snp"],
+            "microcode": tcb["ucode"],
+            "fmc": tcb.get("fmc"),
+        },
+        "platform_info": int(facts["platform_info"], 16),
+    }

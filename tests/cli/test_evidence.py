@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from contrast.cli.main import main
-from tests.conftest import ATTESTATION_DATA, REPO, Vector, load_vectors
+from tests.conftest import ATTESTATION_DATA, REPO, Vector, expected_snp_claims, load_vectors
 
 SNP_VECTORS = [v for v in load_vectors("snp") if v.expected["expected"] != "unverifiable"]
 SNP_VECTORS = [v for v in SNP_VECTORS if "report" in v.expected["files"]]
@@ -54,23 +54,7 @@ def test_snp_vector_verdict_and_claims(vector: Vector, capsys: pytest.CaptureFix
     expected = vector.expected["expected"]
     if expected == "valid":
         assert (code, result["verdict"], result["reason"]) == (0, "valid", None)
-        claims, report = result["claims"], vector.expected["report"]
-        assert claims["version"] == report["version"]
-        assert claims["product"] == report["product"]
-        assert claims["signing_key"] == report["signing_key"].lower()
-        assert claims["guest_policy"] == int(report["policy"], 16)
-        assert claims["vmpl"] == report["vmpl"]
-        assert claims["platform_info"] == int(report["platform_info"], 16)
-        for key in ("measurement", "report_data", "host_data", "chip_id"):
-            assert claims[key] == report[key]
-        tcb = report["reported_tcb"]
-        assert claims["reported_tcb"] == {
-            "bootloader": tcb["bl"],
-            "tee": tcb["tee"],
-            "snp": tcb["snp"],
-            "microcode": tcb["ucode"],
-            "fmc": tcb.get("fmc"),
-        }
+        assert result["claims"] == expected_snp_claims(vector.expected["report"])
     else:
         assert code == 1
         assert result["verdict"] == "invalid"
