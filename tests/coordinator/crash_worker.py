@@ -8,11 +8,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from contrast.attestation.emulated.snp import EmulatedSnp
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contrast.atls.reportdata import public_key_der
+from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.coordinator.core import Mode
 from contrast.files import write_atomically
 from contrast.manifest.ownership import sign_update
