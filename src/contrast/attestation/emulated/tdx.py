@@ -76,6 +76,7 @@ TD_ATTRIBUTES_SIZE = 8
 _NOT_BEFORE = datetime(2020, 1, 1, tzinfo=UTC)
 _NOT_AFTER = datetime(2100, 1, 1, tzinfo=UTC)
 _COLLATERAL_VALIDITY = timedelta(days=30)
+_COLLATERAL_BACKDATE = timedelta(hours=1)
 _KEYS = ("root_ca", "pck_ca", "pck", "attestation", "tcb_signing")
 
 
@@ -214,9 +215,14 @@ class EmulatedTdx:
         return signed.to_bytes()
 
     def collateral_files(self, *, now: datetime) -> list[bytes]:
-        """TCB info, QE identity (PCS JSON), PCK and root CRLs, valid from `now` for 30 days."""
+        """TCB info, QE identity (PCS JSON), PCK and root CRLs, valid around `now` for 30 days.
+
+        Like Intel's, the collateral is issued before it is used: an hour back, so a verifier
+        whose clock is a little behind this one's still accepts it.
+        """
         hierarchy = self._load()
         until = now + _COLLATERAL_VALIDITY
+        now = now - _COLLATERAL_BACKDATE
         tcb_info = {
             "id": "TDX",
             "version": 3,
