@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import stat
 import subprocess
+import threading
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -13,7 +16,10 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from contrast.atls.issuers import EmulatedSnpIssuer
+from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.cli.main import main
+from contrast.initializer.client import Backoff, obtain_mesh_certificate
 from tests.cli.conftest import ROGUE, WEB, Cluster
 
 
@@ -171,3 +177,25 @@ def test_metrics_and_probes(cluster: Cluster, capsys: pytest.CaptureFixture[str]
     status, metrics = get("/metrics")
     assert status == 200
     assert "contrast_coordinator_manifest_generation 1.0" in metrics
+
+
+def test_initializer_waits_for_the_manifest(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="contrast.initializer")
+    issuer = EmulatedSnpIssuer(EmulatedSnp(cluster.tee_dir), WEB.policy_hash)
+    result: list[object] = []
+    backoff = Backoff(initial=0.05, maximum=0.2)
+    waiting = threading.Thread(
+        target=lambda: result.append(
+            obtain_mesh_certificate(cluster.mesh_api, issuer, backoff=backoff, deadline=20)
+        )
+    )
+    waiting.start()
+    time.sleep(0.5)
+    assert not result, "a certificate before any manifest was set"
+    assert "waiting for the Coordinator" in caplog.text
+    assert "no manifest is set" in caplog.text
+    assert contrast(cluster, capsys, "set")[0] == 0
+    waiting.join(timeout=20)
+    assert len(result) == 1
