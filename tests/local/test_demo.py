@@ -10,7 +10,7 @@ import pytest
 from contrast.atls.issuers import TeeKind
 from contrast.local.demo import run_demo
 
-STEPS = 12
+STEPS = 14
 
 
 @pytest.mark.parametrize("tee", [TeeKind.EMULATED_SNP, TeeKind.EMULATED_TDX])
@@ -19,7 +19,8 @@ def test_demo_runs_end_to_end_and_leaves_its_files(tmp_path: Path, tee: TeeKind)
     run_demo(tmp_path, tee=tee, say=lines.append)
     steps = [line for line in lines if "✔" in line]
     assert len(steps) == STEPS, lines
-    assert any("HTTP 200: hello from web to client" in line for line in steps)
+    assert any("over mutual TLS: HTTP 200: hello from web" in line for line in steps)
+    assert any("without a mesh certificate is refused: refused" in line for line in steps)
     assert any("is not in the active manifest" in line for line in steps)
     verify = tmp_path / "verify"
     assert (verify / "manifest.0.json").read_bytes() == (tmp_path / "manifest.json").read_bytes()

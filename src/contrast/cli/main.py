@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from contrast import __version__
-from contrast.cli import components, demo, evidence, userapi
+from contrast.cli import components, demo, evidence, servicemesh, userapi
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(commands)
     userapi.register(commands)
     components.register(commands)
+    servicemesh.register(commands)
     evidence.register(commands)
     return parser
 

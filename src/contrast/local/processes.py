@@ -26,7 +26,9 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(port: int, *, timeout: float, process: Process | None = None) -> None:
+def wait_for_port(
+    port: int, *, timeout: float, process: Process | None = None, host: str = "127.0.0.1"
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process is not None and process.popen.poll() is not None:
@@ -37,7 +39,7 @@ def wait_for_port(port: int, *, timeout: float, process: Process | None = None) 
             )
         with socket.socket() as probe:
             probe.settimeout(0.2)
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            if probe.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.05)
     raise ProcessError(f"nothing listens on port {port} after {timeout:.0f} s")
