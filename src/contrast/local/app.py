@@ -19,7 +19,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 
-def serve(port: int, name: str) -> None:
+def handler(name: str) -> type[BaseHTTPRequestHandler]:
+    """Answers every GET with `hello from <name>`."""
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             body = f"hello from {name}\n".encode()
@@ -31,7 +33,11 @@ def serve(port: int, name: str) -> None:
         def log_message(self, format: str, *args: object) -> None:
             return
 
-    ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
+    return Handler
+
+
+def serve(port: int, name: str) -> None:
+    ThreadingHTTPServer(("127.0.0.1", port), handler(name)).serve_forever()
 
 
 def request(address: str, port: int) -> str:
