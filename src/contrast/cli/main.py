@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from contrast import __version__
-from contrast.cli import components, demo, evidence, servicemesh, userapi
+from contrast.cli import components, demo, evidence, release, servicemesh, userapi
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     userapi.register(commands)
     components.register(commands)
     servicemesh.register(commands)
+    release.register(commands)
     evidence.register(commands)
     return parser
 

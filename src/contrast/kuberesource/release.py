@@ -1,0 +1,200 @@
+"""Release resources: the runtime (RuntimeClass + node installer) and the Coordinator.
+
+Shapes follow the original's `internal/kuberesource/parts.go` (research/contrast.md §2.2): the
+RuntimeClass carries the VM's memory as `overhead.podFixed` so the scheduler accounts for it; the
+node installer is a privileged init container with the host root mounted, followed by `pause`;
+the Coordinator is a one-replica StatefulSet whose state lives on a persistent volume, reachable
+through `coordinator` (all ports, also when not ready, so the first `set` gets through) and
+`coordinator-ready` (ready pods only, for Initializers).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from contrast import __version__
+from contrast.platforms import Platform
+
+IMAGE_REPOSITORY = "ghcr.io/contrast-python"
+COORDINATOR_IMAGE = f"{IMAGE_REPOSITORY}/coordinator:{__version__}"
+NODE_INSTALLER_IMAGE = f"{IMAGE_REPOSITORY}/node-installer:{__version__}"
+PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
+USER_API_PORT = 1313
+MESH_API_PORT = 7777
+HTTP_PORT = 9102
+STATE_DIR = "/mnt/state"
+ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
+INSTALLER_COMMAND = ("contrast", "node-installer", "--host-root", "/host")
+
+
+def runtime_class(
+    platform: Platform, *, node_selector: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    resource: dict[str, Any] = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {
+            "name": platform.runtime_class_name,
+            "labels": {"addonmanager.kubernetes.io/mode": "Reconcile"},
+        },
+        "handler": platform.runtime_class_name,
+        "overhead": {"podFixed": {"memory": f"{platform.pod_overhead_mib}Mi"}},
+    }
+    if node_selector:
+        resource["scheduling"] = {"nodeSelector": dict(node_selector)}
+    return resource
+
+
+def node_installer(
+    platform: Platform,
+    *,
+    namespace: str = "kube-system",
+    node_selector: Mapping[str, str] | None = None,
+    image: str = NODE_INSTALLER_IMAGE,
+) -> dict[str, Any]:
+    name = f"{platform.runtime_class_name}-nodeinstaller"
+    labels = {"app.kubernetes.io/name": name}
+    pod_spec: dict[str, Any] = {
+        "hostPID": True,
+        "initContainers": [
+            {
+                "name": "installer",
+                "image": image,
+                "command": [*INSTALLER_COMMAND, "--platform", platform.name],
+                "securityContext": {"privileged": True},
+                "volumeMounts": [
+                    {"name": "host-root", "mountPath": "/host"},
+                    {"name": "dbus", "mountPath": "/var/run/dbus/system_bus_socket"},
+                ],
+            }
+        ],
+        "containers": [
+            {
+                "name": "pause",
+                "image": PAUSE_IMAGE,
+                "resources": {"limits": {"memory": "16Mi"}, "requests": {"memory": "16Mi"}},
+            }
+        ],
+        "volumes": [
+            {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
+            {
+                "name": "dbus",
+                "hostPath": {"path": "/var/run/dbus/system_bus_socket", "type": "Socket"},
+            },
+        ],
+    }
+    if node_selector:
+        pod_spec["nodeSelector"] = dict(node_selector)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "spec": {
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {
+                        ROLE_ANNOTATION: "contrast-node-installer",
+                        "contrast.edgeless.systems/platform": platform.display_name,
+                    },
+                },
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def runtime_resources(
+    platform: Platform, *, node_selector: Mapping[str, str] | None = None
+) -> list[dict[str, Any]]:
+    return [
+        runtime_class(platform, node_selector=node_selector),
+        node_installer(platform, node_selector=node_selector),
+    ]
+
+
+def _ports() -> list[dict[str, Any]]:
+    return [
+        {"name": "userapi", "containerPort": USER_API_PORT},
+        {"name": "meshapi", "containerPort": MESH_API_PORT},
+        {"name": "http", "containerPort": HTTP_PORT},
+    ]
+
+
+def _service(name: str, *, load_balancer: bool, publish_not_ready: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "selector": {"app.kubernetes.io/name": "coordinator"},
+        "ports": [
+            {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
+            for port in _ports()
+        ],
+    }
+    if load_balancer:
+        spec["type"] = "LoadBalancer"
+    if publish_not_ready:
+        spec["publishNotReadyAddresses"] = True
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
+
+
+def coordinator_resources(
+    platform: Platform, *, image: str = COORDINATOR_IMAGE
+) -> list[dict[str, Any]]:
+    labels = {"app.kubernetes.io/name": "coordinator"}
+
+    def probe(path: str, period: int, threshold: int) -> dict[str, Any]:
+        return {
+            "httpGet": {"path": path, "port": HTTP_PORT},
+            "periodSeconds": period,
+            "failureThreshold": threshold,
+        }
+
+    statefulset = {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "coordinator", "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "serviceName": "coordinator",
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {ROLE_ANNOTATION: "coordinator"}},
+                "spec": {
+                    "runtimeClassName": platform.runtime_class_name,
+                    "containers": [
+                        {
+                            "name": "coordinator",
+                            "image": image,
+                            "args": ["coordinator", "--state-dir", STATE_DIR],
+                            "env": [{"name": "CONTRAST_TEE", "value": "hardware"}],
+                            "ports": _ports(),
+                            "resources": {
+                                "limits": {"memory": "200Mi"},
+                                "requests": {"memory": "200Mi"},
+                            },
+                            "startupProbe": probe("/probe/startup", 1, 60),
+                            "livenessProbe": probe("/probe/liveness", 10, 3),
+                            "readinessProbe": probe("/probe/readiness", 5, 3),
+                            "volumeMounts": [{"name": "state", "mountPath": STATE_DIR}],
+                        }
+                    ],
+                },
+            },
+            "volumeClaimTemplates": [
+                {
+                    "metadata": {"name": "state"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": "1Gi"}},
+                    },
+                }
+            ],
+            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete"},
+        },
+    }
+    return [
+        statefulset,
+        _service("coordinator", load_balancer=True, publish_not_ready=True),
+        _service("coordinator-ready", load_balancer=False, publish_not_ready=False),
+    ]
