@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# Installs the Debian packages the tests run for real (today: openssl, whose `verify` checks the
-# mesh certificate chains). Only missing commands are installed; needs root for apt-get.
+# Installs the Debian packages the tests run for real: openssl (`verify` checks the mesh certificate
+# chains), docker-registry (images for `generate`), containerd (checks the configs the node installer
+# writes), cryptsetup-bin (veritysetup). Only missing commands are installed; needs root for apt-get.
 set -euo pipefail
-declare -A packages=([openssl]=openssl)
+declare -A packages=(
+    [openssl]=openssl
+    [docker-registry]=docker-registry
+    [containerd]=containerd
+    [veritysetup]=cryptsetup-bin
+)
 missing=()
 for command in "${!packages[@]}"; do
     command -v "$command" >/dev/null || missing+=("${packages[$command]}")

@@ -1,0 +1,1 @@
+"""Kubernetes resources: reading and writing YAML, workload kinds, injection, release resources."""

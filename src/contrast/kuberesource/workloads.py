@@ -1,0 +1,126 @@
+"""The Kubernetes kinds that run pods, and where each keeps its pod template.
+
+Every consumer (runtime-class resolution, injection, policies, the manifest) sees a resource
+through `Workload`, so the knowledge of where a CronJob hides its pod spec lives here only.
+Resources stay the mappings the YAML reader produced (ruamel's round-trip maps are dicts), so
+changes made through a `Workload` land in the document that is written back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from contrast.errors import ContrastError
+
+# kind → keys leading from the resource to its pod template ({metadata, spec}); () = the Pod itself
+POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": (),
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "ReplicationController": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+
+
+class ResourceError(ContrastError):
+    """A Kubernetes resource that cannot be understood."""
+
+
+def _mapping(parent: MutableMapping[str, Any], key: str, where: str) -> MutableMapping[str, Any]:
+    value = parent.get(key)
+    if value is None:
+        value = parent[key] = {}
+    if not isinstance(value, MutableMapping):
+        raise ResourceError(f"{where}.{key} is not a mapping")
+    return value
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A resource that runs pods, with access to its pod template.
+
+    `source` names the resource in messages (`resources/app.yml: Deployment/web`).
+    """
+
+    resource: MutableMapping[str, Any]
+    source: str = ""
+
+    @property
+    def kind(self) -> str:
+        return str(self.resource.get("kind", ""))
+
+    @property
+    def api_version(self) -> str:
+        return str(self.resource.get("apiVersion", ""))
+
+    @property
+    def metadata(self) -> MutableMapping[str, Any]:
+        return _mapping(self.resource, "metadata", self.kind)
+
+    @property
+    def name(self) -> str:
+        return str(self.metadata.get("name") or "")
+
+    @property
+    def generate_name(self) -> str:
+        return str(self.metadata.get("generateName") or "")
+
+    @property
+    def namespace(self) -> str:
+        """The namespace as written; "" when the resource leaves it to `kubectl apply`."""
+        return str(self.metadata.get("namespace") or "")
+
+    @property
+    def pod_template(self) -> MutableMapping[str, Any]:
+        """The mapping holding the pod's `metadata` and `spec` (the resource itself for a Pod)."""
+        node = self.resource
+        where = self.kind
+        for key in POD_TEMPLATE_PATHS[self.kind]:
+            node = _mapping(node, key, where)
+            where = f"{where}.{key}"
+        return node
+
+    @property
+    def pod_metadata(self) -> MutableMapping[str, Any]:
+        return _mapping(self.pod_template, "metadata", "pod template")
+
+    @property
+    def pod_annotations(self) -> MutableMapping[str, Any]:
+        return _mapping(self.pod_metadata, "annotations", "pod template metadata")
+
+    @property
+    def pod_spec(self) -> MutableMapping[str, Any]:
+        return _mapping(self.pod_template, "spec", "pod template")
+
+    @property
+    def runtime_class_name(self) -> str:
+        return str(self.pod_spec.get("runtimeClassName") or "")
+
+    @property
+    def workload_secret_id(self) -> str:
+        """The default `WorkloadSecretID`: `<group|core>/<version>/<Kind>/<namespace>/<name>`."""
+        group, _, version = self.api_version.rpartition("/")
+        namespace = self.namespace or "default"
+        return f"{group or 'core'}/{version}/{self.kind}/{namespace}/{self.name}"
+
+    def describe(self) -> str:
+        name = f"{self.kind}/{self.name or self.generate_name}"
+        return f"{self.source}: {name}" if self.source else name
+
+
+def is_workload(resource: Any) -> bool:
+    return isinstance(resource, MutableMapping) and resource.get("kind") in POD_TEMPLATE_PATHS
+
+
+def workloads(resources: Iterable[Any], source: str = "") -> Iterator[Workload]:
+    """The workloads among `resources`, looking inside `List` resources."""
+    for resource in resources:
+        if isinstance(resource, MutableMapping) and resource.get("kind") == "List":
+            yield from workloads(resource.get("items") or [], source)
+        elif is_workload(resource):
+            yield Workload(resource, source)
