@@ -1,0 +1,130 @@
+"""SNP launch digests: the MEASUREMENT a guest image gives, computed before it ever runs.
+
+The digest is the SHA-384 PAGE_INFO chain of SNP LAUNCH_UPDATE over the OVMF pages, the OVMF SEV
+metadata sections (with the SEV hash table of kernel, initrd and command line) and one VMSA page
+per vCPU (AMD SEV-SNP ABI §8.17, research/attestation.md §5.1). We do not re-implement it: virtee's
+`sev-snp-measure` is the tool the original Contrast runs (`calculateSnpLaunchDigest`, research §5.2:
+`--mode snp --vcpu-type EPYC-Milan|EPYC-Genoa --ovmf --kernel --initrd --append`), and this module
+is a typed front for its library API with errors a user can act on.
+
+`sev-snp-measure` reads its inputs from paths, so the inputs here are paths too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+# sev-snp-measure ships no type information (no py.typed); its API is used at one place below.
+from sevsnpmeasure import guest, vcpu_types  # type: ignore[import-untyped]
+from sevsnpmeasure.sev_mode import SevMode  # type: ignore[import-untyped]
+from sevsnpmeasure.vmm_types import VMMType  # type: ignore[import-untyped]
+
+from contrast.attestation.snp.report import Product
+from contrast.errors import ContrastError
+
+LAUNCH_DIGEST_SIZE = 48
+# SEV_FEATURES of every VMSA: bit 0 SNPActive only. sev-snp-measure's CLI default (0.0.13), and so
+# what the original's `calculateSnpLaunchDigest` measures, since it passes no --guest-features.
+DEFAULT_GUEST_FEATURES = 0x1
+# QEMU's CPU model per product, as the original passes them (research §5.2; `--vcpu-type`).
+VCPU_TYPES = {Product.MILAN: "EPYC-Milan", Product.GENOA: "EPYC-Genoa", Product.TURIN: "EPYC-Turin"}
+# Contrast's bare-metal defaults: a digest for each vCPU count a pod may ask for (research §3.4).
+DEFAULT_VCPU_COUNTS = tuple(range(1, 9))
+DEFAULT_PRODUCTS = (Product.MILAN, Product.GENOA)
+
+
+class LaunchDigestError(ContrastError):
+    """The guest image cannot be measured (missing file, OVMF without SEV metadata, ...)."""
+
+
+@dataclass(frozen=True)
+class GuestImage:
+    """What an SNP guest boots: firmware, and the kernel, initrd and command line it measures.
+
+    `kernel` None measures a firmware-only boot (no SEV hash table; the kernel-hashes section is
+    measured as zero pages). An `initrd` of None measures as the empty file, as QEMU does.
+    """
+
+    ovmf: Path
+    kernel: Path | None = None
+    initrd: Path | None = None
+    cmdline: str = ""
+
+
+def vcpu_signature(vcpu_type: str | Product) -> int:
+    """CPUID(1).EAX of a QEMU CPU model ("EPYC-Milan", "EPYC-v4", ...) or of a product's model."""
+    name = VCPU_TYPES[vcpu_type] if isinstance(vcpu_type, Product) else vcpu_type
+    signature = vcpu_types.CPU_SIGS.get(name)
+    if signature is None:
+        known = ", ".join(sorted(vcpu_types.CPU_SIGS))
+        raise LaunchDigestError(f"unknown vCPU type {name!r}", hint=f"one of: {known}")
+    return int(signature)
+
+
+def launch_digest(
+    image: GuestImage,
+    *,
+    vcpus: int,
+    vcpu_type: str | Product,
+    guest_features: int = DEFAULT_GUEST_FEATURES,
+) -> bytes:
+    """The 48-byte MEASUREMENT of `image` launched by QEMU with `vcpus` vCPUs of `vcpu_type`."""
+    if vcpus < 1:
+        raise LaunchDigestError(f"vcpus must be at least 1, got {vcpus}")
+    signature = vcpu_signature(vcpu_type)
+    for path in (image.ovmf, image.kernel, image.initrd):
+        if path is not None and not Path(path).is_file():
+            raise LaunchDigestError(
+                f"{path}: no such file", hint="pass the guest image files the runtime installs"
+            )
+    try:
+        digest = guest.calc_launch_digest(
+            SevMode.SEV_SNP,
+            vcpus,
+            signature,
+            str(image.ovmf),
+            None if image.kernel is None else str(image.kernel),
+            None if image.initrd is None else str(image.initrd),
+            image.cmdline if image.kernel is not None else None,
+            guest_features,
+            vmm_type=VMMType.QEMU,
+        )
+    # sev-snp-measure reports a bad OVMF as RuntimeError/ValueError (wrong metadata signature,
+    # unknown section type, missing footer table entries) and a short file as struct errors.
+    except (RuntimeError, ValueError, IndexError, OSError) as error:
+        raise LaunchDigestError(
+            f"cannot measure {image.ovmf}: {error}",
+            hint="the firmware must be an OVMF AmdSev build with SEV metadata and kernel hashes",
+        ) from None
+    digest = bytes(digest)
+    assert len(digest) == LAUNCH_DIGEST_SIZE
+    return digest
+
+
+@dataclass(frozen=True)
+class LaunchDigest:
+    product: Product
+    vcpus: int
+    digest: bytes
+
+
+def launch_digests(
+    image: GuestImage,
+    *,
+    products: Iterable[Product] = DEFAULT_PRODUCTS,
+    vcpu_counts: Iterable[int] = DEFAULT_VCPU_COUNTS,
+    guest_features: int = DEFAULT_GUEST_FEATURES,
+) -> list[LaunchDigest]:
+    """One digest per (product, vCPU count), products outermost, as the original lists them."""
+    counts = tuple(vcpu_counts)
+    return [
+        LaunchDigest(
+            product,
+            vcpus,
+            launch_digest(image, vcpus=vcpus, vcpu_type=product, guest_features=guest_features),
+        )
+        for product in products
+        for vcpus in counts
+    ]
