@@ -1,0 +1,430 @@
+"""Evaluating agent requests against a policy exactly as the Kata agent does.
+
+The agent (src/agent/policy/src/policy.rs; research/kata-agent-policy-inputs.md §1) builds one
+regorus engine per policy: prints gathered, length limits of 64 KiB per line, 16 MiB per file and
+200 000 lines, data `{"pstate": {}}`, the policy as module `agent_policy`, and then it reads
+`data.agent_policy.AllowRequestsFailingPolicy` once. Each request queries
+`data.agent_policy.<name>` with the request's serde JSON as input; the answer must be exactly one
+value, a bool or `{"allowed": bool, "ops": <RFC 6902 patch>}`, and an allowed answer's patch is
+applied to the whole data document. That is how Kata's rules keep state (`data.pstate`) across
+requests, and why `AgentPolicy` keeps its state for the life of the object.
+
+Two differences from the agent's engine are handled here:
+- The agent runs regorus with strict builtin errors off, so a failing builtin makes only its
+  expression undefined. The Python wheel has no such switch and raises. The agent's policies hit
+  this in one place, `to_number` on a string that is not a number (Kata's IPv4 check on service-link
+  env values such as `tcp://10.0.0.1:443`), so calls to `to_number` are guarded (see
+  `lenient_policy_text`). Any other failing builtin still raises `PolicyEvaluationError`, where the
+  agent would treat that expression as undefined.
+- The agent's regorus has fewer builtins (no time, crypto, glob, …); a policy using those loads
+  here but not in the guest. That is not checked.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import regorus  # type: ignore[import-untyped]
+
+from contrast.errors import ContrastError
+from contrast.policy.requests import normalise_request, query_name
+
+PACKAGE = "agent_policy"
+MODULE = "agent_policy"
+INITIAL_DATA: Mapping[str, Any] = {"pstate": {}}
+MAX_LINE_LENGTH = 64 * 1024
+MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_LINES = 200_000
+ALLOW_FAILURES_RULE = "AllowRequestsFailingPolicy"
+
+# `to_number(` is rewritten to a helper of the same length so every line keeps its length (the
+# agent's limits apply to the text as written) and every error location stays exact.
+LENIENT_TO_NUMBER = "ctr_tonum"
+_LENIENT_MODULE_NAME = "contrast-lenient-builtins.rego"
+_TO_NUMBER_DEFINED = "contrast.to_number_defined"
+_LENIENT_MODULE = f"""package {PACKAGE}
+
+{LENIENT_TO_NUMBER}(x) := to_number(x) if {_TO_NUMBER_DEFINED}(x)
+"""
+# Strings, raw strings and comments are copied as they are; only real calls are rewritten.
+_REGO_TOKENS = re.compile(
+    r"""(?P<string>"(?:\\.|[^"\\\n])*")
+      |(?P<raw>`[^`]*`)
+      |(?P<comment>\#[^\n]*)
+      |(?P<call>(?<![\w.])to_number(?=\s*\())""",
+    re.VERBOSE,
+)
+_ERROR_LOCATION = re.compile(r"^\s*-->\s*(\S+)\s*$", re.MULTILINE)
+_ERROR_TEXT = re.compile(r"^error:\s*(.*)$", re.MULTILINE)
+
+
+class PolicyError(ContrastError):
+    """A policy that cannot be loaded or evaluated."""
+
+
+class PolicyLoadError(PolicyError):
+    """A policy the agent would refuse to load."""
+
+
+class PolicyEvaluationError(PolicyError):
+    """A request the agent would fail with an internal error (neither allowed nor denied)."""
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The agent's verdict on one request, and what it did to the policy state.
+
+    `value` is the rule's raw answer (None when there was no result); `ops` the patch that was
+    applied (empty for denials, which never change state); `overridden` is true when
+    `AllowRequestsFailingPolicy` turned a denial or a missing result into "allow".
+    """
+
+    kind: str
+    allowed: bool
+    prints: tuple[str, ...] = ()
+    ops: tuple[Mapping[str, Any], ...] = ()
+    value: Any = None
+    input: Mapping[str, Any] = field(default_factory=dict)
+    overridden: bool = False
+
+    @property
+    def reason(self) -> str:
+        """The first gathered print (Kata-style rules print the failing check), or ""."""
+        return self.prints[0] if self.prints else ""
+
+    @property
+    def agent_message(self) -> str:
+        """What the shim would be told on a denial (prints joined by spaces, as the agent does)."""
+        return f"{self.kind} is blocked by policy: {' '.join(self.prints)}"
+
+
+class AgentPolicy:
+    """One policy loaded like the agent loads it, with the state its answers build up."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._engine = regorus.Engine()
+        self._engine.set_policy_length_config(
+            max_col=MAX_LINE_LENGTH, max_file_bytes=MAX_FILE_BYTES, max_lines=MAX_LINES
+        )
+        self._engine.set_gather_prints(True)
+        self._engine.add_extension(_TO_NUMBER_DEFINED, 1, _to_number_defined)
+        self._data: dict[str, Any] = copy.deepcopy(dict(INITIAL_DATA))
+        self._engine.add_data(copy.deepcopy(self._data))
+        try:
+            self._engine.add_policy(MODULE, lenient_policy_text(text))
+        except RuntimeError as error:
+            raise PolicyLoadError(f"the policy does not load: {_regorus_message(error)}") from None
+        packages = [name.removeprefix("data.") for name in self._engine.get_packages()]
+        if packages != [PACKAGE]:
+            raise PolicyLoadError(
+                f"the policy is package {', '.join(packages)}; the agent queries {PACKAGE}",
+                hint=f"start the policy with `package {PACKAGE}`",
+            )
+        self._engine.add_policy(_LENIENT_MODULE_NAME, _LENIENT_MODULE)
+        self.allows_failing_requests = self._read_allow_failures()
+
+    @property
+    def state(self) -> dict[str, Any]:
+        """A copy of `data.pstate`, the state the policy's ops have built up."""
+        pstate = self._data.get("pstate", {})
+        return copy.deepcopy(pstate) if isinstance(pstate, dict) else {}
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """A copy of the whole data document (`{"pstate": …}` unless ops added more)."""
+        return copy.deepcopy(self._data)
+
+    def query(self, rule: str, input_document: Mapping[str, Any] | None = None) -> Any:
+        """`data.agent_policy.<rule>` (None if undefined), e.g. to read `policy_data`."""
+        results = self._eval(rule, dict(input_document or {}))
+        self._engine.take_prints()
+        if len(results) != 1 or len(results[0].get("expressions", [])) != 1:
+            return None
+        return results[0]["expressions"][0].get("value")
+
+    def evaluate(self, kind: str, request: Mapping[str, Any]) -> Decision:
+        """Normalise `request`, query `data.agent_policy.<kind>` and apply the answer's ops."""
+        name = query_name(kind)
+        document = normalise_request(name, request)
+        return self._decide(name, document, self.allows_failing_requests)
+
+    def _read_allow_failures(self) -> bool:
+        # The agent asks with allow_failures still false and treats any error as false.
+        try:
+            decision = self._decide(ALLOW_FAILURES_RULE, {}, allow_failures=False)
+        except PolicyEvaluationError:
+            return False
+        return decision.allowed
+
+    def _decide(self, name: str, document: dict[str, Any], allow_failures: bool) -> Decision:
+        results = self._eval(name, document)
+        prints = tuple(str(line) for line in self._engine.take_prints())
+        if len(results) != 1:
+            if allow_failures:
+                return Decision(name, True, prints, input=document, overridden=True)
+            raise PolicyEvaluationError(
+                f"{name}: the policy gave {len(results)} results, the agent needs exactly one",
+                hint=f"give data.{PACKAGE}.{name} a default",
+            )
+        expressions = results[0].get("expressions", [])
+        if len(expressions) != 1:
+            raise PolicyEvaluationError(
+                f"{name}: the policy gave {len(expressions)} expressions, the agent needs one"
+            )
+        value = expressions[0].get("value")
+        allowed, ops = _read_answer(name, value)
+        applied: tuple[Mapping[str, Any], ...] = ()
+        if allowed and ops:
+            self._apply(name, ops)
+            applied = tuple(ops)
+        if not allowed and allow_failures:
+            return Decision(name, True, prints, (), value, document, overridden=True)
+        return Decision(name, allowed, prints, applied, value, document)
+
+    def _eval(self, name: str, document: Mapping[str, Any]) -> list[dict[str, Any]]:
+        self._engine.set_input(dict(document))
+        try:
+            answer = json.loads(self._engine.eval_query_as_json(f"data.{PACKAGE}.{name}"))
+        except RuntimeError as error:
+            self._engine.take_prints()
+            raise PolicyEvaluationError(
+                f"{name}: policy evaluation failed: {_regorus_message(error)}",
+                hint="the agent would fail this request with an internal error"
+                " (or, for a failing builtin, treat that expression as undefined)",
+            ) from None
+        results = answer.get("result", [])
+        return results if isinstance(results, list) else []
+
+    def _apply(self, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
+        try:
+            patched = apply_patch(self._data, ops)
+        except PatchError as error:
+            raise PolicyEvaluationError(
+                f"{name}: the policy's ops cannot be applied to the state: {error}",
+                hint="the agent fails such a request with an internal error; state is unchanged",
+            ) from None
+        if not isinstance(patched, dict):
+            raise PolicyEvaluationError(f"{name}: the policy's ops replace data with a non-object")
+        self._engine.clear_data()
+        self._engine.add_data(copy.deepcopy(patched))
+        self._data = patched
+
+
+def _read_answer(name: str, value: Any) -> tuple[bool, list[Mapping[str, Any]]]:
+    """(allowed, ops) from a rule's value, as the agent's serde decoding reads it."""
+    if isinstance(value, bool):
+        return value, []
+    if isinstance(value, dict):
+        allowed = value.get("allowed")
+        if not isinstance(allowed, bool):
+            raise PolicyEvaluationError(
+                f"{name}: the policy answered an object whose 'allowed' is not a bool"
+            )
+        ops = value.get("ops")
+        if ops is None:
+            return allowed, []
+        if not isinstance(ops, list) or not all(_is_operation(op) for op in ops):
+            raise PolicyEvaluationError(f"{name}: the policy's 'ops' is not an RFC 6902 patch")
+        return allowed, ops
+    raise PolicyEvaluationError(
+        f"{name}: the policy answered {json.dumps(value)[:80]}; the agent needs a bool or"
+        " {allowed, ops}"
+    )
+
+
+def _regorus_message(error: BaseException) -> str:
+    """`file:line:col: message` from regorus's multi-line report (without its backtrace)."""
+    text = str(error).split("\nStack backtrace:", 1)[0]
+    location = _ERROR_LOCATION.search(text)
+    message = _ERROR_TEXT.search(text)
+    if message is None:
+        return " ".join(text.split())[:300] or type(error).__name__
+    prefix = f"{location.group(1)}: " if location else ""
+    return f"{prefix}{message.group(1).strip()}"
+
+
+# --- lenient builtins ---------------------------------------------------------------------------
+
+
+def lenient_policy_text(text: str) -> str:
+    """The policy with each `to_number(x)` call turned into one that is undefined on failure.
+
+    The helper keeps the name's length, so lines, columns and limits stay those of the original.
+    Limits: only `to_number` is guarded; calls written as `data.…to_number` or through `with`
+    replacement are left alone; a policy that defines the helper's name itself is refused.
+    """
+    if re.search(rf"\b{LENIENT_TO_NUMBER}\b", text):
+        raise PolicyLoadError(
+            f"the policy uses the name {LENIENT_TO_NUMBER}, which is reserved for emulating the"
+            " agent's lenient builtins"
+        )
+    return _REGO_TOKENS.sub(
+        lambda match: LENIENT_TO_NUMBER if match.group("call") else match.group(0), text
+    )
+
+
+def _to_number_defined(value: Any) -> bool:
+    """Whether regorus's `to_number(value)` succeeds (so the lenient helper is defined)."""
+    if value is None or isinstance(value, bool | int | float):
+        return True
+    return isinstance(value, str) and _string_is_number(value)
+
+
+@lru_cache(maxsize=4096)
+def _string_is_number(text: str) -> bool:
+    # Ask regorus itself: its number syntax is its own (" 1" parses, "007" and "+3" do not).
+    probe = regorus.Engine()
+    probe.set_input({"x": text})
+    try:
+        probe.eval_query("to_number(input.x)")
+    except RuntimeError:
+        return False
+    return True
+
+
+# --- RFC 6902 patches ---------------------------------------------------------------------------
+
+
+class PatchError(PolicyError):
+    """A JSON patch that cannot be applied."""
+
+
+_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
+
+
+def _is_operation(op: Any) -> bool:
+    return (
+        isinstance(op, dict)
+        and op.get("op") in _OPERATIONS
+        and isinstance(op.get("path"), str)
+        and ("value" in op or op["op"] not in ("add", "replace", "test"))
+        and (isinstance(op.get("from"), str) or op["op"] not in ("move", "copy"))
+    )
+
+
+def apply_patch(document: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
+    """`document` with the RFC 6902 `ops` applied; the input is never modified.
+
+    All or nothing, like the agent's `json_patch::patch`: any failing operation raises
+    `PatchError` and nothing is changed.
+    """
+    result = copy.deepcopy(document)
+    for index, op in enumerate(ops):
+        if not _is_operation(op):
+            raise PatchError(f"operation {index} is not a valid RFC 6902 operation")
+        try:
+            result = _apply_operation(result, op)
+        except PatchError as error:
+            raise PatchError(f"operation {index} ({op['op']} {op['path']}): {error}") from None
+    return result
+
+
+def _apply_operation(document: Any, op: Mapping[str, Any]) -> Any:
+    kind, path = op["op"], op["path"]
+    if kind == "add":
+        return _add(document, path, copy.deepcopy(op["value"]))
+    if kind == "remove":
+        return _remove(document, path)[0]
+    if kind == "replace":
+        document = _remove(document, path)[0] if path else document
+        return _add(document, path, copy.deepcopy(op["value"]))
+    if kind == "test":
+        if not _json_equal(_get(document, path), op["value"]):
+            raise PatchError("the value differs")
+        return document
+    value = copy.deepcopy(_get(document, op["from"]))
+    if kind == "move":
+        if path.startswith(op["from"] + "/"):
+            raise PatchError("cannot move a value into itself")
+        document = _remove(document, op["from"])[0]
+    return _add(document, path, value)
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise PatchError(f"{path!r} is not a JSON pointer")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
+
+
+def _index(container: list[Any], part: str, *, insert: bool) -> int:
+    if insert and part == "-":
+        return len(container)
+    if not part.isdigit() or (part != "0" and part.startswith("0")):
+        raise PatchError(f"{part!r} is not an array index")
+    index = int(part)
+    if index > len(container) or (index == len(container) and not insert):
+        raise PatchError(f"index {index} is out of range")
+    return index
+
+
+def _parent(document: Any, path: str) -> tuple[Any, str]:
+    parts = _pointer(path)
+    node = document
+    for part in parts[:-1]:
+        node = _child(node, part)
+    return node, parts[-1]
+
+
+def _child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        if part not in node:
+            raise PatchError(f"{part!r} does not exist")
+        return node[part]
+    if isinstance(node, list):
+        return node[_index(node, part, insert=False)]
+    raise PatchError(f"{part!r} is below a value that is not a container")
+
+
+def _get(document: Any, path: str) -> Any:
+    node = document
+    for part in _pointer(path):
+        node = _child(node, part)
+    return node
+
+
+def _add(document: Any, path: str, value: Any) -> Any:
+    if path == "":
+        return value
+    parent, part = _parent(document, path)
+    if isinstance(parent, dict):
+        parent[part] = value
+    elif isinstance(parent, list):
+        parent.insert(_index(parent, part, insert=True), value)
+    else:
+        raise PatchError("the parent is not a container")
+    return document
+
+
+def _remove(document: Any, path: str) -> tuple[Any, Any]:
+    if path == "":
+        raise PatchError("cannot remove the whole document")
+    parent, part = _parent(document, path)
+    if isinstance(parent, dict):
+        if part not in parent:
+            raise PatchError(f"{part!r} does not exist")
+        return document, parent.pop(part)
+    if isinstance(parent, list):
+        return document, parent.pop(_index(parent, part, insert=False))
+    raise PatchError("the parent is not a container")
+
+
+def _json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: unlike Python's, `true` is not `1`."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    return bool(type(left) is type(right) or {type(left), type(right)} <= {int, float}) and (
+        left == right
+    )
