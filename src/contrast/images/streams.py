@@ -1,0 +1,144 @@
+"""Readers that check what they pass on: digests and sizes of blobs, gzip decompression.
+
+Layers are read through a chain of these (blob → digest check → gunzip → diff_id check → tar), one
+chunk at a time, so memory stays flat in the layer size and the digests come for free with the one
+pass that reads the files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable
+from typing import Protocol
+
+from contrast.images.model import ImageError
+
+CHUNK_SIZE = 256 * 1024
+_GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+class Readable(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
+class DigestMismatch(ImageError):
+    """A blob whose content does not hash to the digest that names it."""
+
+
+class DigestingReader:
+    """Pass bytes through while hashing and counting them; check digest and size at the end.
+
+    `expected_size` (when known) is also an upper bound: a server that sends more is cut off
+    rather than read forever.
+    """
+
+    def __init__(
+        self,
+        source: Readable,
+        expected_digest: str,
+        what: str,
+        expected_size: int | None = None,
+        on_bytes: Callable[[int], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._expected_digest = expected_digest
+        self._expected_size = expected_size
+        self._what = what
+        self._on_bytes = on_bytes
+        self._hash = hashlib.sha256()
+        self.size = 0
+        self.finished = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self.finished:
+            return b""
+        data = self._source.read(CHUNK_SIZE if size is None or size < 0 else size)
+        if data:
+            self._hash.update(data)
+            self.size += len(data)
+            if self._on_bytes is not None:
+                self._on_bytes(len(data))
+            if self._expected_size is not None and self.size > self._expected_size:
+                raise DigestMismatch(
+                    f"{self._what} is larger than the {self._expected_size} bytes its"
+                    f" descriptor states"
+                )
+            return data
+        self.finished = True
+        self.check()
+        return b""
+
+    def check(self) -> None:
+        """Raise unless everything read so far is exactly the expected blob."""
+        digest = f"sha256:{self._hash.hexdigest()}"
+        if digest != self._expected_digest:
+            raise DigestMismatch(
+                f"{self._what} has digest {digest}, expected {self._expected_digest}",
+                hint="the blob was corrupted in storage or transit, or the registry serves"
+                " different content; pull again or check the registry",
+            )
+        if self._expected_size is not None and self.size != self._expected_size:
+            raise DigestMismatch(
+                f"{self._what} is {self.size} bytes, its descriptor states {self._expected_size}"
+            )
+
+    def drain(self) -> None:
+        """Read to the end, checking the digest: used before reporting a parse error."""
+        while self.read(CHUNK_SIZE):
+            pass
+
+
+class GunzipReader:
+    """Decompress a gzip stream (several members allowed) in bounded chunks."""
+
+    def __init__(self, source: Readable, what: str) -> None:
+        self._source = source
+        self._what = what
+        self._inflater = zlib.decompressobj(_GZIP_WBITS)
+        self._input = b""
+        self._output = b""
+        self._offset = 0
+        self._source_done = False
+
+    def read(self, size: int = -1, /) -> bytes:
+        if size is None or size < 0:
+            size = CHUNK_SIZE
+        while self._offset >= len(self._output):
+            if not self._refill():
+                return b""
+        start = self._offset
+        self._offset = min(start + size, len(self._output))
+        return self._output[start : self._offset]
+
+    def _refill(self) -> bool:
+        """Decompress the next chunk into the output buffer; False at the end of the stream."""
+        inflater = self._inflater
+        while True:
+            if inflater.eof:
+                rest = inflater.unused_data + self._input
+                self._input = b""
+                if not rest and not self._source_done:
+                    rest = self._source.read(CHUNK_SIZE)
+                    self._source_done = not rest
+                if not rest:
+                    return False
+                if not rest.startswith(_GZIP_MAGIC[: len(rest)]):
+                    raise ImageError(f"{self._what} has trailing data after its gzip stream")
+                inflater = self._inflater = zlib.decompressobj(_GZIP_WBITS)
+                self._input = rest
+            data = inflater.unconsumed_tail or self._input
+            self._input = b""
+            if not data:
+                data = self._source.read(CHUNK_SIZE)
+                if not data:
+                    raise ImageError(f"{self._what} ends in the middle of its gzip stream")
+            try:
+                output = inflater.decompress(data, CHUNK_SIZE)
+            except zlib.error as error:
+                raise ImageError(f"{self._what} is not valid gzip: {error}") from None
+            if output:
+                self._output = output
+                self._offset = 0
+                return True
