@@ -2,18 +2,19 @@
 
 The runtime class of a platform is `contrast-cc-<platform>-<hash>`, where the hash identifies the
 runtime (kernel, image, firmware, VMM, shim, installer) so that several versions can be installed
-side by side (research/contrast.md §2.3). `RUNTIME_HASH` is that hash for the runtime of this
-release; the node installer (issue 7) derives it from the runtime's content.
+side by side (research/contrast.md §2.3). The hash is derived from the platform's shipped runtime
+description and the node installer's source (`contrast.nodeinstaller.runtime`), as the original
+derives it from the node-installer image's layers and source.
 """
 
 from __future__ import annotations
 
-import hashlib
+import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
-from contrast import __version__
 from contrast.errors import ContrastError
+from contrast.nodeinstaller.runtime import load_runtime, runtime_hash_of
 
 RUNTIME_CLASS_PREFIX = "contrast-cc"
 SHIM_MEMORY_MIB = 70
@@ -65,9 +66,10 @@ class Platform:
         return f"{RUNTIME_CLASS_PREFIX}-{self.name}"
 
 
+@functools.cache
 def runtime_hash(platform: Platform) -> str:
-    """8 hex characters naming this release's runtime for `platform`."""
-    return hashlib.sha256(f"{platform.name}/{__version__}".encode()).hexdigest()[:8]
+    """8 hex characters naming this release's runtime for `platform`, derived from its content."""
+    return runtime_hash_of(load_runtime(platform.name))
 
 
 PLATFORMS: tuple[Platform, ...] = (

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from contrast import __version__
-from contrast.cli import components, demo, evidence, release, servicemesh, userapi
+from contrast.cli import components, demo, evidence, nodeinstaller, release, servicemesh, userapi
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     components.register(commands)
     servicemesh.register(commands)
     release.register(commands)
+    nodeinstaller.register(commands)
     evidence.register(commands)
     return parser
 
