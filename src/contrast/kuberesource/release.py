@@ -19,6 +19,8 @@ from contrast.platforms import Platform
 IMAGE_REPOSITORY = "ghcr.io/contrast-python"
 COORDINATOR_IMAGE = f"{IMAGE_REPOSITORY}/coordinator:{__version__}"
 NODE_INSTALLER_IMAGE = f"{IMAGE_REPOSITORY}/node-installer:{__version__}"
+INITIALIZER_IMAGE = f"{IMAGE_REPOSITORY}/initializer:{__version__}"
+SERVICE_MESH_IMAGE = f"{IMAGE_REPOSITORY}/service-mesh-proxy:{__version__}"
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 USER_API_PORT = 1313
 MESH_API_PORT = 7777

@@ -8,7 +8,7 @@ changes made through a `Workload` land in the document that is written back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,10 @@ POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
     "Job": ("spec", "template"),
     "CronJob": ("spec", "jobTemplate", "spec", "template"),
 }
+
+
+ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
+COORDINATOR_ROLE = "coordinator"
 
 
 class ResourceError(ContrastError):
@@ -108,9 +112,58 @@ class Workload:
         namespace = self.namespace or "default"
         return f"{group or 'core'}/{version}/{self.kind}/{namespace}/{self.name}"
 
+    def pod_annotation(self, name: str) -> str | None:
+        """One pod annotation, or None; unlike `pod_annotations` it never adds an empty mapping.
+
+        Reading must not change the document, or an untouched file would be rewritten.
+        """
+        metadata = self.pod_template.get("metadata")
+        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+        if not isinstance(annotations, Mapping) or name not in annotations:
+            return None
+        value = annotations[name]
+        return "" if value is None else str(value)
+
+    @property
+    def role(self) -> str:
+        """The `contrast.edgeless.systems/pod-role` annotation ("" when absent)."""
+        return self.pod_annotation(ROLE_ANNOTATION) or ""
+
+    @property
+    def is_coordinator(self) -> bool:
+        return self.role == COORDINATOR_ROLE
+
+    def containers(self) -> list[MutableMapping[str, Any]]:
+        """The regular containers (read without adding anything to the document)."""
+        return _containers(self.pod_template, "containers", self.describe())
+
+    def init_containers(self) -> list[MutableMapping[str, Any]]:
+        """The init containers, native sidecars (`restartPolicy: Always`) included."""
+        return _containers(self.pod_template, "initContainers", self.describe())
+
+    def all_containers(self) -> list[MutableMapping[str, Any]]:
+        """Init containers first, then regular containers: the order the pod starts them."""
+        return self.init_containers() + self.containers()
+
     def describe(self) -> str:
         name = f"{self.kind}/{self.name or self.generate_name}"
         return f"{self.source}: {name}" if self.source else name
+
+
+def _containers(
+    pod_template: Mapping[str, Any], key: str, where: str
+) -> list[MutableMapping[str, Any]]:
+    spec = pod_template.get("spec")
+    if not isinstance(spec, Mapping):
+        return []
+    containers = spec.get(key)
+    if containers is None:
+        return []
+    if not isinstance(containers, list) or not all(
+        isinstance(container, MutableMapping) for container in containers
+    ):
+        raise ResourceError(f"{where}: spec.{key} is not a list of containers")
+    return list(containers)
 
 
 def is_workload(resource: Any) -> bool:

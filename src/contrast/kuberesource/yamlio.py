@@ -1,0 +1,349 @@
+"""Reading and writing Kubernetes YAML so that `generate` changes only what it means to change.
+
+Users run `generate` on their own files, on `kustomize build` output and on `helm template`
+output, and keep those files in version control. So a file is parsed with ruamel's round-trip
+loader (comments, key order and quoting survive), and each document remembers its exact source
+text: a document nobody changed is written back byte for byte, and only a changed document is
+re-serialised, in the indentation style it was written in. A file whose documents are all
+unchanged is not written at all.
+
+A document counts as changed when its serialisation differs from the serialisation it had right
+after loading; that compares content, comments and order without tracking every mutation.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import itertools
+import re
+import stat
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import DocumentEndEvent
+from ruamel.yaml.scalarbool import ScalarBoolean
+
+from contrast.files import write_atomically
+from contrast.kuberesource.workloads import ResourceError, Workload, workloads
+
+STDIO = "-"
+SUFFIXES = (".yml", ".yaml")
+# Long strings (initdata annotations) must never be folded across lines.
+LINE_WIDTH = 1 << 20
+_DOCUMENT_START = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
+
+
+class YamlError(ResourceError):
+    """A file that is not valid YAML, or cannot be read or written."""
+
+
+@dataclass(frozen=True)
+class Indentation:
+    """Block indentation of a document, as ruamel's `YAML.indent()` takes it."""
+
+    mapping: int = 2
+    sequence: int = 2
+    offset: int = 0
+
+
+@dataclass(frozen=True)
+class _Source:
+    """What a document looked like when it was read."""
+
+    text: str  # the document's exact text, separator and comments included
+    explicit_start: bool  # begins with `---`
+    indentation: Indentation
+    serialised: str  # the document's serialisation right after loading
+
+
+@dataclass(frozen=True)
+class ResourceFile:
+    """One YAML stream: its path (`-` for stdin) and its documents, as ruamel round-trip nodes.
+
+    The documents are mutable on purpose: `Workload`s edit them in place, and `dump()` writes
+    the result.
+    """
+
+    path: Path
+    documents: tuple[Any, ...]
+    text: str
+    _sources: tuple[_Source, ...] = field(repr=False, compare=False)
+
+    @property
+    def is_stdio(self) -> bool:
+        return str(self.path) == STDIO
+
+    @property
+    def name(self) -> str:
+        return "<stdin>" if self.is_stdio else str(self.path)
+
+    def workloads(self) -> list[Workload]:
+        """The workloads of all documents (inside `List`s too), named after this file."""
+        return list(workloads(self.documents, self.name))
+
+    def changed_documents(self) -> list[int]:
+        """Indices of the documents whose content differs from what was read."""
+        return [
+            index
+            for index, (document, source) in enumerate(
+                zip(self.documents, self._sources, strict=True)
+            )
+            if _serialise(document, source.explicit_start, source.indentation) != source.serialised
+        ]
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.changed_documents())
+
+    def dump(self) -> str:
+        """The stream as text: unchanged documents verbatim, changed ones re-serialised."""
+        changed = set(self.changed_documents())
+        if not changed:
+            return self.text
+        parts = []
+        for index, (document, source) in enumerate(zip(self.documents, self._sources, strict=True)):
+            if index in changed:
+                parts.append(_serialise(document, source.explicit_start, source.indentation))
+            else:
+                parts.append(source.text)
+        return "".join(_join(parts))
+
+    def write(self, stdout: TextIO | None = None) -> bool:
+        """Write back in place (atomically, keeping the file mode) if anything changed.
+
+        For `-` the stream always goes to stdout, changed or not, as a filter would.
+        Returns whether anything was written to a file or differed.
+        """
+        if self.is_stdio:
+            (stdout or sys.stdout).write(self.dump())
+            return self.changed
+        if not self.changed:
+            return False
+        _write_file(self.path, self.dump())
+        return True
+
+
+def _write_file(path: Path, text: str) -> None:
+    try:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
+        write_atomically(path, text.encode(), mode=mode)
+    except OSError as error:
+        raise YamlError(f"cannot write {path}: {error.strerror}") from error
+
+
+def combined(files: Iterable[ResourceFile]) -> str:
+    """All files as one stream (`generate --output`), a `---` between files where needed."""
+    parts: list[str] = []
+    for file in files:
+        text = file.dump()
+        if not text.strip():
+            continue
+        if parts and not _starts_explicitly(text):
+            parts.append("---\n")
+        parts.append(text)
+    return "".join(_join(parts))
+
+
+def write_combined(
+    files: Iterable[ResourceFile], output: str | Path, stdout: TextIO | None = None
+) -> bool:
+    """Write `combined(files)` to `output` (`-` for stdout) if it differs; whether it did."""
+    text = combined(files)
+    if str(output) == STDIO:
+        (stdout or sys.stdout).write(text)
+        return True
+    path = Path(output)
+    if path.is_file() and path.read_text(encoding="utf-8", errors="replace") == text:
+        return False
+    _write_file(path, text)
+    return True
+
+
+def _join(parts: Sequence[str]) -> Iterator[str]:
+    """Make sure every part ends with a newline, so the next `---` starts a line."""
+    for part in parts:
+        yield part if not part or part.endswith("\n") else f"{part}\n"
+
+
+def _yaml(indentation: Indentation = Indentation()) -> YAML:
+    yaml = YAML(typ="rt", pure=True)
+    yaml.preserve_quotes = True
+    yaml.width = LINE_WIDTH
+    yaml.indent(
+        mapping=indentation.mapping, sequence=indentation.sequence, offset=indentation.offset
+    )
+    return yaml
+
+
+def _serialise(document: Any, explicit_start: bool, indentation: Indentation) -> str:
+    yaml = _yaml(indentation)
+    yaml.explicit_start = explicit_start
+    stream = io.StringIO()
+    yaml.dump(document, stream)
+    return stream.getvalue()
+
+
+def guess_indentation(text: str) -> Indentation:
+    """The indentation of the first nested mapping and the first block sequence in `text`.
+
+    ruamel's own guess takes the sequence indentation for the mapping one (`helm template`
+    output indents mappings by 2 and sequences by 4), so look at both separately.
+    """
+    mapping: int | None = None
+    offset: int | None = None
+    previous: tuple[int, str] | None = None
+    for line in text.splitlines():
+        content = line.lstrip(" ")
+        if not content or content.startswith("#") or _DOCUMENT_START.match(line):
+            continue
+        indent = len(line) - len(content)
+        if previous is not None and previous[1].rstrip().endswith(":"):
+            # The key of `- key:` starts after the dash.
+            key_column = previous[0] + (2 if previous[1].startswith("- ") else 0)
+            step = indent - key_column
+            if content.startswith("- ") or content == "-":
+                if offset is None and step >= 0:
+                    offset = step
+            elif mapping is None and step > 0:
+                mapping = step
+        if mapping is not None and offset is not None:
+            break
+        previous = (indent, content)
+    mapping = mapping or 2
+    offset = offset or 0
+    return Indentation(mapping=mapping, sequence=offset + 2, offset=offset)
+
+
+def _error(name: str, error: YAMLError) -> YamlError:
+    if isinstance(error, MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        problem = error.problem or "invalid YAML"
+        return YamlError(
+            f"{name}: line {mark.line + 1}, column {mark.column + 1}: {problem}",
+            hint="fix the YAML syntax there",
+        )
+    return YamlError(f"{name}: {error}", hint="fix the YAML syntax")
+
+
+def _document_texts(text: str, name: str) -> list[str]:
+    """Split the stream into the exact text of each document, as the parser sees them."""
+    boundaries = [0]
+    try:
+        for event in _yaml().parse(text):
+            if isinstance(event, DocumentEndEvent):
+                boundaries.append(event.end_mark.index)
+    except YAMLError as error:
+        raise _error(name, error) from error
+    boundaries[-1] = len(text)  # trailing comments after the last document belong to it
+    return [text[start:end] for start, end in itertools.pairwise(boundaries)]
+
+
+def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
+    """Parse a YAML stream; `path` names it in messages and tells `write()` where it goes."""
+    name = "<stdin>" if str(path) == STDIO else str(path)
+    try:
+        documents = tuple(_yaml().load_all(text))
+    except YAMLError as error:
+        raise _error(name, error) from error
+    texts = _document_texts(text, name)
+    if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
+        raise YamlError(f"{name}: cannot tell its documents apart")
+    sources = []
+    for document, document_text in zip(documents, texts, strict=True):
+        explicit = _starts_explicitly(document_text)
+        indentation = guess_indentation(document_text)
+        sources.append(
+            _Source(
+                text=document_text,
+                explicit_start=explicit,
+                indentation=indentation,
+                serialised=_serialise(document, explicit, indentation),
+            )
+        )
+    return ResourceFile(Path(path), documents, text, tuple(sources))
+
+
+def _starts_explicitly(document_text: str) -> bool:
+    """Whether the first line that is not a comment or blank is a `---` marker."""
+    for line in document_text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("%"):
+            continue
+        return bool(_DOCUMENT_START.match(line))
+    return False
+
+
+def load(path: str | Path, stdin: TextIO | None = None) -> ResourceFile:
+    """Read one file, or stdin for `-`."""
+    name = str(path)
+    if name == STDIO:
+        return load_text((stdin or sys.stdin).read(), STDIO)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as error:
+        raise YamlError(
+            f"cannot read {name}: {error.strerror}", hint="check the path you passed"
+        ) from error
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise YamlError(f"{name} is not UTF-8 text (byte {error.start})") from error
+    return load_text(text, name)
+
+
+def yaml_files(directory: Path) -> list[Path]:
+    """`*.yml` / `*.yaml` below `directory`, sorted, skipping hidden directories (`.git`)."""
+    found = []
+    for candidate in sorted(directory.rglob("*")):
+        relative = candidate.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts[:-1]):
+            continue
+        if candidate.suffix in SUFFIXES and candidate.is_file():
+            found.append(candidate)
+    return found
+
+
+def load_paths(paths: Iterable[str | Path], stdin: TextIO | None = None) -> list[ResourceFile]:
+    """Files as given, directories walked for YAML files, `-` for stdin; in the given order."""
+    files = []
+    for path in paths:
+        if str(path) == STDIO:
+            files.append(load(STDIO, stdin))
+        elif Path(path).is_dir():
+            files.extend(load(found) for found in yaml_files(Path(path)))
+        else:
+            files.append(load(path))
+    return files
+
+
+def to_plain(node: Any) -> Any:
+    """A JSON-compatible copy of a ruamel node: dicts, lists, str, int, float, bool, None.
+
+    For consumers that hash or serialise resources (the policy generator): ruamel's scalar
+    subclasses, comments and anchors must not leak into what they see.
+    """
+    if isinstance(node, Mapping):
+        return {str(key): to_plain(value) for key, value in node.items()}
+    if isinstance(node, list | tuple):
+        return [to_plain(item) for item in node]
+    if node is None:
+        return None
+    if isinstance(node, bool | ScalarBoolean):
+        return bool(node)
+    if isinstance(node, int):
+        return int(node)
+    if isinstance(node, float):
+        return float(node)
+    if isinstance(node, str):
+        return str(node)
+    if isinstance(node, datetime.date | datetime.datetime):
+        return node.isoformat()
+    if hasattr(node, "value"):  # TaggedScalar and the like
+        return to_plain(node.value)
+    return str(node)
