@@ -9,7 +9,12 @@ registry mirrors, snapshotters) stays where it was. A table of the same handler 
 rest of the text intact. The result is parsed again and must equal the old config plus exactly
 the new table, else nothing is written.
 
-A missing file becomes a minimal version 2 config holding only the runtime: containerd 1.x, the
+containerd replaces, not merges, its built-in runtime list when a config names any runtime (checked
+with containerd 1.6: a config naming only our runtime loses `runc`, while `default_runtime_name`
+still says `runc`, and CRI would fail). So when the default runtime `runc` is not in the config,
+the block restates containerd's built-in entry for it before our table.
+
+A missing file becomes a minimal version 2 config holding only these tables: containerd 1.x, the
 most common version on the nodes this targets, fills in its defaults, and containerd 2.x still
 reads version 2 (it migrates it in memory). Version 1 configs (no `version` key) are refused:
 their plugin names differ, and `containerd config migrate` converts them.
@@ -32,6 +37,8 @@ from contrast.nodeinstaller.errors import ContainerdConfigError
 CRI_PLUGINS: Mapping[int, str] = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 NEW_CONFIG_VERSION = 2
 RUNTIME_TYPE = "io.containerd.contrast-cc.v2"
+DEFAULT_RUNTIME = "runc"
+DEFAULT_RUNTIME_TABLE: Mapping[str, Any] = {"runtime_type": "io.containerd.runc.v2"}
 KATA_ANNOTATIONS = "io.katacontainers.*"
 CDI_ANNOTATIONS = "cdi.k8s.io/*"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -71,8 +78,13 @@ class PatchedConfig:
     changed: bool
 
 
+def containerd_table_path(version: int) -> tuple[str, ...]:
+    """The CRI plugin's `containerd` table, which holds the runtimes and the default's name."""
+    return ("plugins", CRI_PLUGINS[version], "containerd")
+
+
 def runtime_table_path(version: int, handler: str) -> tuple[str, ...]:
-    return ("plugins", CRI_PLUGINS[version], "containerd", "runtimes", handler)
+    return (*containerd_table_path(version), "runtimes", handler)
 
 
 def patch_containerd_config(text: str | None, runtime: ContainerdRuntime) -> PatchedConfig:
@@ -180,20 +192,45 @@ def _assignment(key: str, value: Any) -> str:
     return f"{_key(key)} = {tomlkit.item(value).as_string()}"
 
 
-def render_runtime_block(version: int, runtime: ContainerdRuntime) -> str:
-    """The TOML block defining the handler's table, as appended to the config."""
-    path = runtime_table_path(version, runtime.handler)
-    table = runtime.table()
-    options = table.pop("options")
-    lines = [
-        _header(path),
-        "# Added by the Contrast node installer; rewritten whenever the runtime is installed.",
-        *(_assignment(key, value) for key, value in table.items()),
-        "",
-        _header((*path, "options")),
-        *(_assignment(key, value) for key, value in options.items()),
-    ]
+def _table_lines(path: Sequence[str], table: Mapping[str, Any], comment: str) -> list[str]:
+    values = {key: value for key, value in table.items() if not isinstance(value, Mapping)}
+    lines = [_header(path), f"# {comment}"]
+    lines += [_assignment(key, value) for key, value in values.items()]
+    for key, value in table.items():
+        if isinstance(value, Mapping):
+            lines += ["", _header((*path, key))]
+            lines += [_assignment(inner, item) for inner, item in value.items()]
+    return lines
+
+
+def render_runtime_block(
+    version: int, runtime: ContainerdRuntime, *, restate_default: bool = False
+) -> str:
+    """The TOML block appended to the config: the handler's table, maybe `runc`'s before it."""
+    lines = []
+    if restate_default:
+        lines += _table_lines(
+            runtime_table_path(version, DEFAULT_RUNTIME),
+            DEFAULT_RUNTIME_TABLE,
+            "containerd's built-in default runtime, restated by the Contrast node installer:"
+            " a config that names any runtime replaces the built-in list.",
+        )
+        lines.append("")
+    lines += _table_lines(
+        runtime_table_path(version, runtime.handler),
+        runtime.table(),
+        "Added by the Contrast node installer; rewritten whenever the runtime is installed.",
+    )
     return "\n".join(lines) + "\n"
+
+
+def _needs_default(parsed: Mapping[str, Any], version: int) -> bool:
+    containerd = _lookup(parsed, containerd_table_path(version)) or {}
+    default = containerd.get("default_runtime_name", DEFAULT_RUNTIME)
+    return (
+        default == DEFAULT_RUNTIME
+        and _lookup(parsed, runtime_table_path(version, DEFAULT_RUNTIME)) is None
+    )
 
 
 def _with_final_newline(text: str) -> str:
@@ -205,16 +242,26 @@ def _append(
 ) -> PatchedConfig:
     base = _with_final_newline(base)
     separator = "\n" if base and not base.endswith("\n\n") else ""
-    text = base + separator + render_runtime_block(version, runtime)
-    path = runtime_table_path(version, runtime.handler)
+    restate_default = _needs_default(before, version)
+    text = (
+        base + separator + render_runtime_block(version, runtime, restate_default=restate_default)
+    )
+    added = {runtime_table_path(version, runtime.handler): runtime.table()}
+    if restate_default:
+        added[runtime_table_path(version, DEFAULT_RUNTIME)] = dict(DEFAULT_RUNTIME_TABLE)
     try:
         after = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
+        where = ".".join(runtime_table_path(version, runtime.handler)[:-1])
         raise ContainerdConfigError(
             f"the runtime's table cannot be appended to this containerd config: {error}",
-            hint=f"define {'.'.join(path[:-1])} as a [table], not inline, and run again",
+            hint=f"define {where} as a [table], not inline, and run again",
         ) from error
-    if _lookup(after, path) != runtime.table() or _without(after, path) != _without(before, path):
+    present = all(_lookup(after, path) == table for path, table in added.items())
+    rest_before, rest_after = dict(before), after
+    for path in added:
+        rest_before, rest_after = _without(rest_before, path), _without(rest_after, path)
+    if not present or rest_after != rest_before:
         raise ContainerdConfigError(
             "adding the runtime's table would change other parts of the containerd config",
             hint="this is a bug in the node installer; the config was left as it was",
