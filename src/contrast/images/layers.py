@@ -137,7 +137,8 @@ class _LayerScan:
 
 
 def _clean(name: str) -> str | None:
-    """A tar entry name relative to the root, or None when it escapes the root."""
+    """A tar entry name relative to the root (`..` stops at the root, as when a runtime unpacks
+    a layer into a container's rootfs), or None for the root itself."""
     path = posixpath.normpath("/" + name.lstrip("/"))
     if path == "/":
         return None
