@@ -12,7 +12,17 @@ import sys
 from collections.abc import Sequence
 
 from contrast import __version__
-from contrast.cli import components, demo, evidence, nodeinstaller, release, servicemesh, userapi
+from contrast.cli import (
+    components,
+    demo,
+    evidence,
+    generate,
+    nodeinstaller,
+    policy,
+    release,
+    servicemesh,
+    userapi,
+)
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
@@ -30,12 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
+    generate.register(commands)
     userapi.register(commands)
     components.register(commands)
     servicemesh.register(commands)
     release.register(commands)
     nodeinstaller.register(commands)
     evidence.register(commands)
+    policy.register(commands)
     return parser
 
 
