@@ -1,0 +1,160 @@
+"""`contrast generate`: turn Kubernetes YAML into confidential workloads and write the manifest."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from contrast.client.workspace import MANIFEST, SEEDSHARE_OWNER_KEY, WORKLOAD_OWNER_KEY
+from contrast.errors import ContrastError
+from contrast.generate import pipeline
+from contrast.platforms import PLATFORMS, by_name
+
+RULES = "rules.rego"
+SETTINGS = "settings.json"
+LAYERS_CACHE = "layers-cache.json"
+EMULATED_TEE = "emulated-tee"
+STDIN = Path("-")
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "generate",
+        help="make the pods in Kubernetes YAML confidential and write the manifest",
+        description="Resolve runtime classes, inject the Initializer and service-mesh sidecar,"
+        " derive a Kata agent policy per pod (its initdata goes into the pod annotation) and"
+        " write manifest.json with the policies and the platforms' reference values. Files are"
+        " rewritten in place; `-` reads YAML from stdin and writes it to stdout.",
+    )
+    parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML file or dir")
+    parser.add_argument(
+        "--reference-values",
+        metavar="PLATFORM",
+        help="platform of pods with runtimeClassName contrast-cc (placeholders such as"
+        " contrast-cc-metal-qemu-tdx name their own); one of: "
+        + ", ".join(p.name for p in PLATFORMS),
+    )
+    parser.add_argument(
+        "--workspace-dir",
+        type=Path,
+        default=Path("."),
+        metavar="WORKSPACE",
+        help="where the files below are, unless given as paths (default: .)",
+    )
+    parser.add_argument("-p", "--policy", type=Path, help=f"Rego rules (default: {RULES})")
+    parser.add_argument("-s", "--settings", type=Path, help=f"policy settings ({SETTINGS})")
+    parser.add_argument(
+        "--layers-cache", type=Path, help=f"cache of image layer facts ({LAYERS_CACHE})"
+    )
+    parser.add_argument("-m", "--manifest", type=Path, help=f"the manifest ({MANIFEST})")
+    parser.add_argument(
+        "-w",
+        "--add-workload-owner-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"key allowed to update the manifest (default: {WORKLOAD_OWNER_KEY}, created if"
+        " missing); repeatable",
+    )
+    parser.add_argument(
+        "--add-seedshare-owner-key",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"key that receives a seed share (default: {SEEDSHARE_OWNER_KEY}, created if"
+        " missing); repeatable",
+    )
+    parser.add_argument(
+        "-d",
+        "--disable-updates",
+        action="store_true",
+        help="list no workload owner: the manifest can never be changed (immutable deployment)",
+    )
+    parser.add_argument("--skip-initializer", action="store_true", help="inject no Initializer")
+    parser.add_argument(
+        "--skip-service-mesh", action="store_true", help="inject no service-mesh sidecar"
+    )
+    parser.add_argument(
+        "--oci-layout",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="read images from this OCI image layout before asking registries (air-gapped)",
+    )
+    parser.add_argument(
+        "--insecure-registry",
+        action="append",
+        default=[],
+        metavar="HOST[:PORT]",
+        help="reach this registry over plain HTTP",
+    )
+    parser.add_argument(
+        "--emulated-tee",
+        type=Path,
+        metavar="DIR",
+        help=f"state of the emulated TEE the emulated platforms trust (default: {EMULATED_TEE})",
+    )
+    parser.add_argument(
+        "-o", "--output", type=Path, help="write all resources to this one file instead"
+    )
+    parser.set_defaults(run=run_generate)
+
+
+def _options(arguments: argparse.Namespace) -> pipeline.Options:
+    workspace: Path = arguments.workspace_dir
+    if arguments.disable_updates and arguments.add_workload_owner_key:
+        raise ContrastError("--disable-updates and --add-workload-owner-key exclude each other")
+    owners = arguments.add_workload_owner_key or [workspace / WORKLOAD_OWNER_KEY]
+    seedshares = arguments.add_seedshare_owner_key or [workspace / SEEDSHARE_OWNER_KEY]
+    if arguments.disable_updates:
+        owners = []
+    platform = by_name(arguments.reference_values) if arguments.reference_values else None
+    return pipeline.Options(
+        paths=tuple(arguments.paths),
+        rules=arguments.policy or workspace / RULES,
+        settings=arguments.settings or workspace / SETTINGS,
+        layers_cache=arguments.layers_cache or workspace / LAYERS_CACHE,
+        manifest=arguments.manifest or workspace / MANIFEST,
+        workload_owner_keys=tuple(owners),
+        seedshare_owner_keys=tuple(seedshares),
+        # Keys are created only at their default paths: a path the user names must exist.
+        create_keys=not arguments.add_workload_owner_key and not arguments.add_seedshare_owner_key,
+        platform=platform,
+        disable_updates=arguments.disable_updates,
+        skip_initializer=arguments.skip_initializer,
+        skip_service_mesh=arguments.skip_service_mesh,
+        oci_layouts=tuple(arguments.oci_layout),
+        insecure_registries=tuple(arguments.insecure_registry),
+        emulated_tee=arguments.emulated_tee or workspace / EMULATED_TEE,
+        output=arguments.output,
+        progress=sys.stderr.isatty(),
+    )
+
+
+def run_generate(arguments: argparse.Namespace) -> int:
+    options = _options(arguments)
+    # With YAML on stdout, the report goes to stderr so that the output stays applicable.
+    report = sys.stderr if STDIN in options.paths else sys.stdout
+    result = pipeline.generate(options)
+    for warning in result.warnings:
+        print(f"warning: {warning.explain()}", file=sys.stderr)
+    print(
+        f"✔ {len(result.policies)} confidential workloads on {', '.join(result.platforms)}",
+        file=report,
+    )
+    for path in result.written:
+        if path != STDIN:
+            print(f"  wrote {path}", file=report)
+    if result.missing_reference_values:
+        print(
+            f"Fill in these reference values in {options.manifest} before `contrast set`:",
+            file=report,
+        )
+        for note in result.missing_reference_values:
+            print(f"  - {note}", file=report)
+    return 0

@@ -1,0 +1,1 @@
+"""`contrast generate`: plain Kubernetes YAML in, confidential workloads and their manifest out."""

@@ -1,0 +1,208 @@
+"""`contrast generate`: plain Kubernetes YAML in, confidential workloads and their manifest out.
+
+The steps follow the original's pipeline (research/contrast.md §6.2): read the resources, resolve
+each pod's runtime class to a platform, inject the Initializer and the service-mesh sidecar, read
+the images, derive a Kata agent policy per pod and put its initdata into the pod annotation, then
+write the manifest that admits exactly these policies on exactly these platforms. The resources
+and the manifest are written only after everything was computed, so a failure (a missing image, a
+malformed annotation) leaves them as they were; every file is replaced atomically. A second run
+over its own output changes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contrast.files import write_atomically
+from contrast.generate import manifest as manifest_document
+from contrast.generate import release_images
+from contrast.generate.errors import GenerateError
+from contrast.generate.keys import ensure_owner_keys
+from contrast.generate.manifest import WorkloadIdentity
+from contrast.generate.references import ReferenceValueProvider
+from contrast.images.model import ImageFacts
+from contrast.images.resolver import ImageResolver
+from contrast.kuberesource import checks, inject, runtimeclass, yamlio
+from contrast.kuberesource.workloads import Workload
+from contrast.platforms import Platform
+from contrast.policy import settings as policy_settings
+from contrast.policy.generate import PolicyGenerator, default_rules
+from contrast.policy.initdata import ANNOTATION
+
+WORKLOAD_SECRET_ID_ANNOTATION = "contrast.edgeless.systems/workload-secret-id"  # noqa: S105
+CONFIG_KINDS = {"ConfigMap", "Secret"}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for; paths are already resolved against the workspace."""
+
+    paths: tuple[Path, ...]
+    rules: Path
+    settings: Path
+    layers_cache: Path
+    manifest: Path
+    workload_owner_keys: tuple[Path, ...]
+    seedshare_owner_keys: tuple[Path, ...]
+    create_keys: bool = True
+    platform: Platform | None = None
+    disable_updates: bool = False
+    skip_initializer: bool = False
+    skip_service_mesh: bool = False
+    oci_layouts: tuple[Path, ...] = ()
+    insecure_registries: tuple[str, ...] = ()
+    emulated_tee: Path | None = None
+    output: Path | None = None
+    progress: bool = False
+
+
+@dataclass
+class Result:
+    """What a run did, for the CLI to report."""
+
+    written: list[Path] = field(default_factory=list)
+    unchanged: list[Path] = field(default_factory=list)
+    warnings: list[checks.CheckWarning] = field(default_factory=list)
+    missing_reference_values: list[str] = field(default_factory=list)
+    policies: dict[str, str] = field(default_factory=dict)  # workload → policy hash
+    platforms: tuple[str, ...] = ()
+
+
+def _ensure_exists(path: Path, default: str, result: Result) -> None:
+    """`rules.rego` and `settings.json` are written once; afterwards the user's copies are used."""
+    if not path.exists():
+        write_atomically(path, default.encode())
+        result.written.append(path)
+
+
+def _read_rules(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise GenerateError(f"cannot read the policy rules {path}: {error}") from None
+
+
+def _previous_manifest(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError) as error:
+        raise GenerateError(
+            f"cannot read the existing manifest {path}: {error}",
+            hint="fix or remove it; generate keeps its reference values",
+        ) from None
+    if not isinstance(document, dict):
+        raise GenerateError(f"the existing manifest {path} is not a JSON object")
+    return document
+
+
+def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
+    return WorkloadIdentity(
+        policy_hash=policy_hash,
+        name=workload.name or workload.generate_name,
+        workload_secret_id=workload.pod_annotation(WORKLOAD_SECRET_ID_ANNOTATION)
+        or workload.workload_secret_id,
+        role=workload.role,
+        source=workload.describe(),
+    )
+
+
+def generate(
+    options: Options,
+    *,
+    resolver: ImageResolver | None = None,
+    references: ReferenceValueProvider | None = None,
+    say: Callable[[str], None] = lambda _: None,
+) -> Result:
+    """Rewrite the resources under `options.paths` and write the workspace files."""
+    result = Result()
+    _ensure_exists(options.rules, default_rules(), result)
+    _ensure_exists(options.settings, policy_settings.default_settings_text(), result)
+    generator = PolicyGenerator(
+        _read_rules(options.rules), policy_settings.load_settings(options.settings)
+    )
+
+    files = yamlio.load_paths(options.paths)
+    documents = [document for file in files for document in file.documents]
+    choices = runtimeclass.resolve_all(
+        [w for file in files for w in file.workloads()], options.platform
+    )
+    placed = [(c.workload, c.platform) for c in choices if c.platform is not None]
+    if not placed:
+        raise GenerateError(
+            "none of the resources asks for a confidential runtime",
+            hint="set runtimeClassName: contrast-cc (or a platform placeholder) on the pods",
+        )
+    confidential = [workload for workload, _ in placed]
+    coordinator_namespace = inject.coordinator_namespace(confidential)
+    for workload, platform in placed:
+        runtimeclass.set_runtime_class(workload, platform)
+        inject.inject(
+            workload,
+            coordinator_namespace=coordinator_namespace,
+            skip_initializer=options.skip_initializer,
+            skip_service_mesh=options.skip_service_mesh,
+        )
+
+    wanted = sorted({image for w in confidential for image in generator.required_images(w)})
+    resolver = resolver or ImageResolver(
+        oci_layouts=list(options.oci_layouts),
+        insecure_registries=list(options.insecure_registries),
+        cache_path=options.layers_cache,
+        progress=options.progress,
+    )
+    known = release_images.known_images()
+    images: dict[str, ImageFacts] = {image: known[image] for image in wanted if image in known}
+    images.update(resolver.resolve([image for image in wanted if image not in known]))
+
+    config_resources = [
+        yamlio.to_plain(document)
+        for document in documents
+        if isinstance(document, Mapping) and document.get("kind") in CONFIG_KINDS
+    ]
+    identities = []
+    for workload, platform in placed:
+        policy = generator.generate(workload, images, config_resources)
+        workload.pod_annotations[ANNOTATION] = policy.annotation
+        identities.append(_identity(workload, policy.policy_hash))
+        result.policies[workload.describe()] = policy.policy_hash
+        result.warnings.extend(checks.check(workload, platform, images))
+    if not any(identity.role == "coordinator" for identity in identities):
+        raise GenerateError(
+            "no Coordinator among the confidential resources",
+            hint="add the output of `contrast coordinator-resources --platform P` to the resources",
+        )
+
+    keys = ensure_owner_keys(
+        options.workload_owner_keys,
+        options.seedshare_owner_keys,
+        create_missing=options.create_keys,
+        disable_updates=options.disable_updates,
+    )
+    result.written.extend(keys.created)
+    platforms = runtimeclass.used_platforms(choices)
+    result.platforms = tuple(p.display_name for p in platforms)
+    provider = references or ReferenceValueProvider(emulated_tee=options.emulated_tee)
+    document, missing = manifest_document.manifest_document(
+        _previous_manifest(options.manifest), identities, platforms, keys, provider
+    )
+    result.missing_reference_values = missing
+
+    if options.output is not None:
+        if yamlio.write_combined(files, options.output):
+            result.written.append(options.output)
+    else:
+        for file in files:
+            (result.written if file.write() else result.unchanged).append(file.path)
+    manifest_bytes = manifest_document.to_bytes(document)
+    if options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes:
+        result.unchanged.append(options.manifest)
+    else:
+        write_atomically(options.manifest, manifest_bytes)
+        result.written.append(options.manifest)
+    return result

@@ -1,0 +1,41 @@
+"""Reference values for the platforms a deployment uses.
+
+Real platforms take the release's defaults (`contrast.manifest.defaults`), which name the values
+only the operator knows (bare-metal TCB, MRSEAM) as missing. The emulated platforms trust the
+root of one emulated TEE, kept in a state directory that the Coordinator and the Initializers of
+the local flow share; its entry can never admit real evidence, nor real entries emulated evidence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.attestation.emulated.tdx import EmulatedTdx
+from contrast.generate.errors import GenerateError
+from contrast.manifest.defaults import default_reference_values
+from contrast.manifest.verifier import emulated_snp_reference_values, emulated_tdx_reference_values
+from contrast.platforms import Platform, Tee
+
+ReferenceValues = dict[str, list[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class ReferenceValueProvider:
+    """`(platform) → (reference values by TEE kind, notes on values the user must fill in)`."""
+
+    emulated_tee: Path | None = None
+
+    def __call__(self, platform: Platform) -> tuple[ReferenceValues, list[str]]:
+        if not platform.emulated:
+            return default_reference_values(platform)
+        if self.emulated_tee is None:
+            raise GenerateError(
+                f"{platform.display_name} needs the emulated TEE whose evidence it admits",
+                hint="pass --emulated-tee DIR (the --tee-state of the Coordinator and workloads)",
+            )
+        if platform.tee is Tee.TDX:
+            return {"tdx": [emulated_tdx_reference_values(EmulatedTdx(self.emulated_tee))]}, []
+        return {"snp": [emulated_snp_reference_values(EmulatedSnp(self.emulated_tee))]}, []
