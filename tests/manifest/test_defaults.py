@@ -29,6 +29,7 @@ from contrast.manifest.defaults import (
 from contrast.manifest.model import Manifest
 from contrast.platforms import PLATFORMS, Platform, Tee, by_name
 from tests.attestation.tdx.test_measure import _firmware, _pe
+from tests.conftest import ATTESTATION_DATA, require_shared
 
 OVMF = Path(__file__).parents[1] / "attestation" / "snp" / "fixtures" / "ovmf_AmdSev_suffix.bin"
 REAL = [platform for platform in PLATFORMS if not platform.emulated]
@@ -180,3 +181,32 @@ def test_wrong_tee_and_bad_files_are_refused(snp_image: GuestImage, tmp_path: Pa
     bad.write_text("{not json")
     with pytest.raises(ReferenceValuesUnavailable, match="cannot read"):
         load_embedded(bad)
+
+
+def test_cli_measures_and_embeds(snp_image: GuestImage, tmp_path: Path) -> None:
+    from contrast.cli.main import main
+
+    output = tmp_path / "reference-values.json"
+    assert snp_image.kernel is not None
+    snp = ["runtime", "reference-values", "--platform", "metal-qemu-snp", "--firmware", str(OVMF),
+           "--kernel", str(snp_image.kernel), "--cmdline", "console=hvc0", "--max-vcpus", "2",
+           "--output", str(output)]  # fmt: skip
+    assert main(snp) == 0
+    firmware, kernel = tmp_path / "tdvf.fd", tmp_path / "bzImage"
+    firmware.write_bytes(_tdx_firmware())
+    kernel.write_bytes(KERNEL)
+    require_shared()
+    golden = ATTESTATION_DATA / "tdx" / "gtg-cos-113-ccel-v4"
+    tdx = ["runtime", "reference-values", "--platform", "metal-qemu-tdx", "--firmware",
+           str(firmware), "--kernel", str(kernel), "--cmdline", "console=hvc0", "--tdx-event-log",
+           str(golden / "ccel_table.bin"), str(golden / "ccel_data.bin")]  # fmt: skip
+    assert main([*tdx, "--output", str(output)]) == 0
+    embedded = load_embedded(output)
+    snp_values, _ = default_reference_values(by_name("metal-qemu-snp"), embedded=embedded)
+    tdx_values, _ = default_reference_values(by_name("metal-qemu-tdx"), embedded=embedded)
+    assert len(snp_values["snp"]) == 4
+    # RTMR0 of the known-good boot is the replayed RTMR0 of that quote's event log.
+    assert tdx_values["tdx"][0]["Rtmrs"][0].startswith("3fa2f61f395b7f5f")
+    _accepted(snp_values | tdx_values)
+    # Without RTMR0 a TDX entry is refused rather than left unchecked.
+    assert main([*tdx[:10], "--output", str(output)]) == 1
