@@ -28,6 +28,8 @@ HTTP_PORT = 9102
 STATE_DIR = "/mnt/state"
 ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
 INSTALLER_COMMAND = ("contrast", "node-installer", "--host-root", "/host")
+TARGET_CONFIG_MAP = "contrast-node-installer-target-config"
+TARGET_CONFIG_DIR = "/config/target-config"
 
 
 def runtime_class(
@@ -63,11 +65,18 @@ def node_installer(
             {
                 "name": "installer",
                 "image": image,
-                "command": [*INSTALLER_COMMAND, "--platform", platform.name],
+                "command": [
+                    *INSTALLER_COMMAND,
+                    "--platform",
+                    platform.name,
+                    "--target-config",
+                    TARGET_CONFIG_DIR,
+                ],
                 "securityContext": {"privileged": True},
                 "volumeMounts": [
                     {"name": "host-root", "mountPath": "/host"},
                     {"name": "dbus", "mountPath": "/var/run/dbus/system_bus_socket"},
+                    {"name": "target-config", "mountPath": TARGET_CONFIG_DIR, "readOnly": True},
                 ],
             }
         ],
@@ -83,6 +92,12 @@ def node_installer(
             {
                 "name": "dbus",
                 "hostPath": {"path": "/var/run/dbus/system_bus_socket", "type": "Socket"},
+            },
+            # The node's containerd and systemd layout (research/contrast.md §8). Optional: an
+            # absent ConfigMap mounts as an empty directory, which means all defaults.
+            {
+                "name": "target-config",
+                "configMap": {"name": TARGET_CONFIG_MAP, "optional": True},
             },
         ],
     }
