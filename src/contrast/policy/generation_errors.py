@@ -1,0 +1,9 @@
+"""The error every expected failure of policy generation raises."""
+
+from __future__ import annotations
+
+from contrast.errors import ContrastError
+
+
+class PolicyGenerationError(ContrastError):
+    """A workload whose policy cannot be generated as written (the message names what and why)."""

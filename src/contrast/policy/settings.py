@@ -1,0 +1,149 @@
+"""genpolicy settings: the templates and defaults `policy_data` is generated from.
+
+The layout is Kata's `genpolicy-settings.json` (research/kata-agent-policy-inputs.md §4.2), so a
+user can take settings written for genpolicy and the other way round. A settings *directory* holds
+`settings.json` plus `settings.d/*.json`, RFC 6902 patches applied in file-name order, as
+genpolicy's `-j DIR` does with `genpolicy-settings.json` and `genpolicy-settings.d/` (those names
+are accepted too). Settings are kept as the parsed document: the generator copies most parts into
+`policy_data` verbatim, and unknown keys must survive for rules a user adapts.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contrast.errors import ContrastError
+from contrast.policy.json_patch import JsonPatchError, apply_patch
+
+ASSETS = Path(__file__).parent / "assets"
+SETTINGS_NAMES = (
+    ("settings.json", "settings.d"),
+    ("genpolicy-settings.json", "genpolicy-settings.d"),
+)
+# The parts of the settings the generator reads; a missing one is a broken settings file.
+REQUIRED_SECTIONS = (
+    "pause_container",
+    "other_container",
+    "volumes",
+    "devices",
+    "mount_destinations",
+    "sandbox",
+    "common",
+    "kata_config",
+    "cluster_config",
+    "request_defaults",
+)
+
+
+class SettingsError(ContrastError):
+    """Settings that cannot be read or do not have the expected layout."""
+
+
+def _checked(document: Any, source: str) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise SettingsError(f"{source}: the settings are not a JSON object")
+    missing = [
+        name for name in REQUIRED_SECTIONS if not isinstance(document.get(name), dict | list)
+    ]
+    if missing:
+        raise SettingsError(
+            f"{source}: settings lack {', '.join(missing)}",
+            hint="start from the settings.json `contrast generate` writes and adapt it",
+        )
+    return document
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A settings document. `document` is private to this object: accessors return copies."""
+
+    document: Mapping[str, Any] = field(repr=False)
+    source: str = "settings"
+
+    @classmethod
+    def from_text(cls, text: str | bytes, source: str = "settings") -> Settings:
+        try:
+            document = json.loads(text)
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            raise SettingsError(f"{source} is not JSON: {error}") from None
+        return cls(_checked(document, source), source)
+
+    def section(self, name: str) -> Any:
+        """A deep copy of one top-level part (callers may modify what they get)."""
+        if name not in self.document:
+            raise SettingsError(f"{self.source}: settings lack {name}")
+        return copy.deepcopy(self.document[name])
+
+    def get(self, *keys: str, default: Any = None) -> Any:
+        node: Any = self.document
+        for key in keys:
+            if not isinstance(node, Mapping) or key not in node:
+                return copy.deepcopy(default)
+            node = node[key]
+        return copy.deepcopy(node)
+
+    @property
+    def pause_image(self) -> str:
+        image = self.get("cluster_config", "pause_container_image")
+        if not isinstance(image, str) or not image:
+            raise SettingsError(f"{self.source}: cluster_config.pause_container_image is not set")
+        return image
+
+    @property
+    def guest_pull(self) -> bool:
+        return bool(self.get("cluster_config", "guest_pull", default=False))
+
+    def to_text(self) -> str:
+        return json.dumps(self.document, indent=4, ensure_ascii=False) + "\n"
+
+
+def default_settings_text() -> str:
+    """Contrast's default settings (Kata's, with the changes listed in assets/NOTICE)."""
+    return (ASSETS / "settings.json").read_text(encoding="utf-8")
+
+
+def default_settings() -> Settings:
+    return Settings.from_text(default_settings_text(), "default settings")
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except OSError as error:
+        raise SettingsError(f"cannot read {path}: {error.strerror}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise SettingsError(f"{path} is not JSON: {error}") from None
+
+
+def load_settings(path: str | Path) -> Settings:
+    """Settings from a file, or from a directory with a base file and its drop-ins."""
+    path = Path(path)
+    if not path.is_dir():
+        return Settings(_checked(_read_json(path), str(path)), str(path))
+    for base_name, drop_in_name in SETTINGS_NAMES:
+        base = path / base_name
+        if base.is_file():
+            drop_in_dir = drop_in_name
+            break
+    else:
+        raise SettingsError(
+            f"{path} holds neither settings.json nor genpolicy-settings.json",
+            hint="a settings directory needs settings.json and optionally settings.d/*.json",
+        )
+    document = _read_json(base)
+    drop_ins = sorted((path / drop_in_dir).glob("*.json")) if (path / drop_in_dir).is_dir() else []
+    for drop_in in drop_ins:
+        try:
+            document = apply_patch(document, _read_json(drop_in))
+        except JsonPatchError as error:
+            raise SettingsError(
+                f"settings drop-in {drop_in} does not apply: {error}",
+                hint="drop-ins are RFC 6902 patches applied in file-name order",
+            ) from None
+    source = f"{base} + {len(drop_ins)} drop-in(s)" if drop_ins else str(base)
+    return Settings(_checked(document, source), source)
