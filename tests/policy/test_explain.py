@@ -226,3 +226,44 @@ def test_without_policy_data_the_prints_are_all() -> None:
     assert explanation.differences == ()
     assert any("exec is never allowed" in line for line in explanation.lines())
     assert any("no policy_data" in line for line in explanation.lines())
+
+
+def test_vfio_devices_must_agree_with_cdi_annotations_and_masked_counts_as_readonly() -> None:
+    vfio = {
+        "id": "",
+        "type_": "vfio-pci-gk",
+        "vm_path": "",
+        "container_path": "/dev/vfio/devices/vfio",
+    }
+    policy_data = {
+        "containers": [
+            {
+                "OCI": {"Linux": {"ReadonlyPaths": ["/proc/asound"]}},
+                "devices": [vfio, vfio],
+                "runtime_anno_patterns": {
+                    "^cdi\\.k8s\\.io/vfio[0-9]+$": "^nvidia\\.com/gpu=[0-9]+$"
+                },
+            }
+        ],
+        "common": {},
+    }
+    policy = AgentPolicy(
+        "package agent_policy\n\ndefault CreateContainerRequest := false\n"
+        "policy_data := " + json.dumps(policy_data)
+    )
+    request = {
+        "devices": [{"container_path": f"/dev/vfio/devices/vfio{n}"} for n in (1, 2)],
+        "OCI": {
+            "Annotations": {
+                "cdi.k8s.io/vfio1": "nvidia.com/gpu=0",
+                "cdi.k8s.io/vfio3": "nvidia.com/gpu=1",
+            },
+            "Linux": {"MaskedPaths": ["/proc/asound"], "Resources": {}},
+        },
+    }
+    decision = policy.evaluate("CreateContainerRequest", request)
+    differences = [str(d) for d in explain(decision, policy.query("policy_data"), {}).differences]
+    assert differences == [
+        'devices: VFIO devices ["1", "2"] do not match'
+        ' the cdi.k8s.io/vfio<N> annotations ["1", "3"]'
+    ]

@@ -31,11 +31,16 @@ _FIXED_PLACEHOLDERS = {
 _PLACEHOLDER = re.compile(r"\$\(([A-Za-z0-9_-]+)\)")
 _IP_PLACEHOLDERS = ("pod-ip", "host-ip")
 _MAX_DIFFERENCES = 8
+# Rules may print a line per policy container; text output keeps the first few, shortened.
+_MAX_PRINTS = 4
+_MAX_PRINT_LENGTH = 300
 _CONTAINER_NAME = "io.kubernetes.cri.container-name"
 _CONTAINER_TYPE = "io.kubernetes.cri.container-type"
 _SANDBOX_NAME = "io.kubernetes.cri.sandbox-name"
 _CRI_PREFIX = "io.kubernetes.cri."
 _IGNORED_NAMESPACES = {"network", "cgroup"}
+_VFIO_PATH = "/dev/vfio/devices/vfio"
+_CDI_ANNOTATION = re.compile(r"cdi\.k8s\.io/vfio([0-9]+)")
 _NO_POLICY_DATA = "the policy has no policy_data object to compare the request with"
 
 
@@ -64,15 +69,19 @@ class Explanation:
     note: str = ""
 
     def lines(self) -> list[str]:
-        lines = [f"policy says: {text}" for text in self.prints]
+        lines = [f"policy says: {_shorten(text)}" for text in self.prints[:_MAX_PRINTS]]
+        if len(self.prints) > _MAX_PRINTS:
+            lines.append(f"policy says {len(self.prints) - _MAX_PRINTS} more (see --output json)")
         if self.compared_with:
             lines.append(f"compared with {self.compared_with}:")
-        lines.extend(f"- {difference}" for difference in self.differences[:_MAX_DIFFERENCES])
-        if len(self.differences) > _MAX_DIFFERENCES:
-            lines.append(f"- … and {len(self.differences) - _MAX_DIFFERENCES} more")
+        # Soft differences (tolerated by Kata's rules) only matter when nothing else differs.
+        shown = [d for d in self.differences if not d.soft] or list(self.differences)
+        lines.extend(f"- {difference}" for difference in shown[:_MAX_DIFFERENCES])
+        if len(shown) > _MAX_DIFFERENCES:
+            lines.append(f"- … and {len(shown) - _MAX_DIFFERENCES} more")
         if self.note:
             lines.append(self.note)
-        elif not self.prints and not self.differences:
+        elif not self.prints and not shown:
             lines.append(
                 "no difference from policy_data found; the rules deny it for another reason"
             )
@@ -109,8 +118,14 @@ def explain(decision: Decision, policy_data: Any, state: Mapping[str, Any]) -> E
 class Patterns:
     """Matching of policy strings (placeholders, regexes) against request values."""
 
-    def __init__(self, common: Mapping[str, Any], sandbox_name: str | None = None) -> None:
+    def __init__(
+        self,
+        common: Mapping[str, Any],
+        sandbox_name: str | None = None,
+        fixed: Mapping[str, str] | None = None,
+    ) -> None:
         self.values = {k: v for k, v in common.items() if isinstance(v, str)}
+        self.values.update(fixed or {})
         self.lists = {k: v for k, v in common.items() if isinstance(v, list)}
         self.sandbox_name = sandbox_name
 
@@ -168,6 +183,12 @@ class Patterns:
             names = self.lists.get(match.group(1), []) if match else [value]
             result.update(str(name).removeprefix("CAP_") for name in names)
         return result
+
+
+def _shorten(text: str) -> str:
+    if len(text) <= _MAX_PRINT_LENGTH:
+        return text
+    return text[: _MAX_PRINT_LENGTH - 1] + "…"
 
 
 def _show(value: Any) -> str:
@@ -328,7 +349,9 @@ def _container(
     )
     yield from _mounts(_list(p_oci.get("Mounts")), _list(i_oci.get("Mounts")), patterns)
     yield from _storages(_list(policy.get("storages")), _list(request.get("storages")), patterns)
-    yield from _devices(_list(policy.get("devices")), _list(request.get("devices")))
+    yield from _devices(
+        _list(policy.get("devices")), _list(request.get("devices")), i_oci.get("Annotations")
+    )
     yield from _linux(_dict(p_oci.get("Linux")), _dict(i_oci.get("Linux")))
 
 
@@ -500,11 +523,11 @@ def _mounts(expected: list[Any], actual: list[Any], patterns: Patterns) -> Itera
                 f"{where}.source",
                 f"policy expects {_show(source)}, request has {_show(mount.get('source'))}",
             )
-    for destination in by_destination:
-        if destination not in seen:
-            yield Difference(
-                f"OCI.Mounts[{destination}]", "policy mount is not in the request", soft=True
-            )
+    unused = [destination for destination in by_destination if destination not in seen]
+    if unused:
+        yield Difference(
+            "OCI.Mounts", f"the request lacks policy mounts {_show(unused)}", soft=True
+        )
 
 
 def _mount_matches(policy: Mapping[str, Any], mount: Mapping[str, Any], patterns: Patterns) -> bool:
@@ -548,9 +571,32 @@ def _storages(expected: list[Any], actual: list[Any], patterns: Patterns) -> Ite
             )
 
 
-def _devices(expected: list[Any], actual: list[Any]) -> Iterator[Difference]:
+def _devices(expected: list[Any], actual: list[Any], annotations: Any) -> Iterator[Difference]:
     if len(actual) > len(expected):
         yield Difference("devices", f"policy allows {len(expected)}, request has {len(actual)}")
+    vfio = [d for d in expected if _dict(d).get("container_path", "").startswith(_VFIO_PATH)]
+    if not vfio:
+        return
+    # Kata's rules tie VFIO devices to cdi.k8s.io/vfio<N> annotations: the numbers must agree
+    # (hot plug), or there must be one annotation per policy device (cold plug).
+    cdi = sorted(
+        m.group(1) for key in _dict(annotations) if (m := _CDI_ANNOTATION.fullmatch(str(key)))
+    )
+    paths = [str(_dict(d).get("container_path", "")) for d in actual]
+    numbers = sorted(path.removeprefix(_VFIO_PATH) for path in paths if path.startswith(_VFIO_PATH))
+    if len(set(numbers)) != len(numbers):
+        yield Difference("devices", f"a VFIO device appears twice: {_show(paths)}")
+    elif numbers and numbers != cdi:
+        yield Difference(
+            "devices",
+            f"VFIO devices {_show(numbers)} do not match the cdi.k8s.io/vfio<N> annotations"
+            f" {_show(cdi)}",
+        )
+    elif not numbers and len(cdi) != len(vfio):
+        yield Difference(
+            "Annotations[cdi.k8s.io/vfio<N>]",
+            f"policy expects {len(vfio)} (one per GPU), request has {len(cdi)}",
+        )
 
 
 def _linux(policy: Mapping[str, Any], request: Mapping[str, Any]) -> Iterator[Difference]:
@@ -565,10 +611,15 @@ def _linux(policy: Mapping[str, Any], request: Mapping[str, Any]) -> Iterator[Di
             f" request has {_show(sorted(types(request.get('Namespaces'))))}"
             " (network and cgroup aside)",
         )
-    for key in ("MaskedPaths", "ReadonlyPaths"):
-        missing = [p for p in _list(policy.get(key)) if p not in _list(request.get(key))]
-        if missing:
-            yield Difference(f"OCI.Linux.{key}", f"request lacks {_show(missing)}")
+    masked = _list(request.get("MaskedPaths"))
+    missing = [p for p in _list(policy.get("MaskedPaths")) if p not in masked]
+    if missing:
+        yield Difference("OCI.Linux.MaskedPaths", f"request lacks {_show(missing)}")
+    # A read-only path that the runtime masks instead is at least as safe.
+    readonly = _list(request.get("ReadonlyPaths")) + masked
+    missing = [p for p in _list(policy.get("ReadonlyPaths")) if p not in readonly]
+    if missing:
+        yield Difference("OCI.Linux.ReadonlyPaths", f"request lacks {_show(missing)}")
     p_sysctl = _dict(policy.get("Sysctl"))
     for name, value in _dict(request.get("Sysctl")).items():
         if p_sysctl.get(name) != value:
@@ -670,11 +721,10 @@ def _copy_file(
 ) -> tuple[str, list[Difference]]:
     differences = []
     path = str(request.get("path", ""))
-    common = dict(_dict(data.get("common")))
-    patterns = Patterns(common)
+    # For CopyFile, Kata's rules narrow $(bundle-id) to a full container id.
+    patterns = Patterns(_dict(data.get("common")), fixed={"bundle-id": "[a-z0-9]{64}"})
     prefixes = [
-        patterns.expand(str(p).replace("$(bundle-id)", "[a-z0-9]{64}"))
-        for p in _list(_get(data, "request_defaults", "CopyFileRequest"))
+        patterns.expand(str(p)) for p in _list(_get(data, "request_defaults", "CopyFileRequest"))
     ]
     matching = [p for p in prefixes if _search(p, path)]
     if not matching:
