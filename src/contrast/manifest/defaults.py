@@ -10,7 +10,9 @@ release build time and embedded as `assets/reference-values.json`, keyed by runt
 `contrast runtime reference-values` is that build step: it measures the image (SNP: one entry per
 product Milan/Genoa × vCPU count 1–8, with sev-snp-measure; TDX: MRTD and RTMR1–3 predicted from
 firmware, kernel, cmdline and initrd, RTMR0 from a known-good boot) and writes the entries into the
-file. This repository has no guest image, so the shipped file is empty; for a platform without
+file (not for AKS-CLH-SNP, which boots an IGVM image that sev-snp-measure cannot measure; its
+entries, with ABIMinor 31, must come from igvmmeasure). This repository has no guest image, so the
+shipped file is empty; for a platform without
 entries `default_reference_values` raises an error that says what is missing and how to produce
 it, rather than inventing values.
 
@@ -74,8 +76,15 @@ def snp_reference_values(
 ) -> list[dict[str, Any]]:
     """Manifest entries for `image` on `platform`: one per (product, vCPU count)."""
     _require_real(platform, Tee.SNP)
-    aks = platform.hypervisor is Hypervisor.CLOUD_HYPERVISOR
-    abi_minor = ABI_MINOR_AKS if aks else ABI_MINOR_BARE_METAL
+    if platform.hypervisor is Hypervisor.CLOUD_HYPERVISOR:
+        # AKS boots an IGVM image whose digest `igvmmeasure` computes (research §5.2); measuring
+        # it as a QEMU/OVMF launch would give a value no AKS guest ever reports.
+        raise ReferenceValuesUnavailable(
+            f"{platform.display_name} boots an IGVM image; its launch digest cannot be computed"
+            " with sev-snp-measure",
+            hint="measure the IGVM file with igvmmeasure and add the entries to the file by hand",
+        )
+    abi_minor = ABI_MINOR_BARE_METAL
     entries = []
     for launch in launch_digests(image, products=products, vcpu_counts=vcpu_counts):
         reference = SnpReferenceValues(
