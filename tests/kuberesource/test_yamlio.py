@@ -215,3 +215,39 @@ def test_write_errors_are_contrast_errors(tmp_path: Path) -> None:
     path.mkdir()  # replacing a directory by a file fails, also for root
     with pytest.raises(YamlError, match="cannot write"):
         resources.write()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "%YAML 1.2\n---\nkind: Pod # a\nspec: {}\n...\n---\nkind: Service\n",
+        "kind: Pod\nspec: {}\n...\n# between\nkind: Service\n",
+        "a: |\n  ---\n  not a marker\n---\nkind: Pod\nspec: {}\n",
+        "---\nkind: Pod\nspec: {}\n---\n",
+    ],
+)
+def test_streams_with_markers_and_directives(text: str) -> None:
+    resources = load_text(text, "x.yml")
+    assert resources.dump() == text
+    (pod,) = resources.workloads()
+    pod.pod_spec["runtimeClassName"] = "contrast-cc"
+    changed = load_text(resources.dump(), "x.yml")
+    assert [yamlio.to_plain(d) for d in changed.documents] == [
+        yamlio.to_plain(d) for d in resources.documents
+    ]
+    assert "# a" in changed.dump() or "# a" not in text
+
+
+def test_combined_output(tmp_path: Path) -> None:
+    files = [yamlio.load(TESTDATA / "kustomize-build.yml"), yamlio.load(TESTDATA / "gpu-pod.yml")]
+    text = yamlio.combined(files)
+    assert [d["kind"] for d in yamlio.load_text(text).documents] == [
+        "Namespace", "ConfigMap", "Service", "Deployment", "CronJob", "Pod",
+    ]  # fmt: skip
+    output = tmp_path / "out.yml"
+    assert yamlio.write_combined(files, output) is True
+    assert output.read_text() == text
+    assert yamlio.write_combined(files, output) is False
+    out = io.StringIO()
+    assert yamlio.write_combined(files, "-", stdout=out) is True
+    assert out.getvalue() == text

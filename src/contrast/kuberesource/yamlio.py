@@ -7,8 +7,9 @@ text: a document nobody changed is written back byte for byte, and only a change
 re-serialised, in the indentation style it was written in. A file whose documents are all
 unchanged is not written at all.
 
-A document counts as changed when its serialisation differs from the serialisation it had right
-after loading; that compares content, comments and order without tracking every mutation.
+A document counts as changed when its content (values and key order, as JSON) differs from the
+content it had right after loading: cheap to compare, and no mutation needs tracking. Only the
+changed documents are serialised, because ruamel's round-trip code is slow.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import datetime
 import io
 import itertools
+import json
 import re
 import stat
 import sys
@@ -37,6 +39,7 @@ SUFFIXES = (".yml", ".yaml")
 # Long strings (initdata annotations) must never be folded across lines.
 LINE_WIDTH = 1 << 20
 _DOCUMENT_START = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
+_DOCUMENT_END = re.compile(r"^\.\.\.(?:[ \t]|$)", re.MULTILINE)
 
 
 class YamlError(ResourceError):
@@ -58,8 +61,9 @@ class _Source:
 
     text: str  # the document's exact text, separator and comments included
     explicit_start: bool  # begins with `---`
+    explicit_end: bool  # ends with `...`
     indentation: Indentation
-    serialised: str  # the document's serialisation right after loading
+    fingerprint: str  # the document's content right after loading
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class ResourceFile:
             for index, (document, source) in enumerate(
                 zip(self.documents, self._sources, strict=True)
             )
-            if _serialise(document, source.explicit_start, source.indentation) != source.serialised
+            if _fingerprint(document) != source.fingerprint
         ]
 
     @property
@@ -109,7 +113,7 @@ class ResourceFile:
         parts = []
         for index, (document, source) in enumerate(zip(self.documents, self._sources, strict=True)):
             if index in changed:
-                parts.append(_serialise(document, source.explicit_start, source.indentation))
+                parts.append(_serialise(document, source))
             else:
                 parts.append(source.text)
         return "".join(_join(parts))
@@ -181,9 +185,10 @@ def _yaml(indentation: Indentation = Indentation()) -> YAML:
     return yaml
 
 
-def _serialise(document: Any, explicit_start: bool, indentation: Indentation) -> str:
-    yaml = _yaml(indentation)
-    yaml.explicit_start = explicit_start
+def _serialise(document: Any, source: _Source) -> str:
+    yaml = _yaml(source.indentation)
+    yaml.explicit_start = source.explicit_start
+    yaml.explicit_end = source.explicit_end
     stream = io.StringIO()
     yaml.dump(document, stream)
     return stream.getvalue()
@@ -231,6 +236,34 @@ def _error(name: str, error: YAMLError) -> YamlError:
     return YamlError(f"{name}: {error}", hint="fix the YAML syntax")
 
 
+def _fingerprint(document: Any) -> str:
+    return json.dumps(to_plain(document), separators=(",", ":"), ensure_ascii=False)
+
+
+def _has_content(text: str) -> bool:
+    return any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
+
+
+def _split_at_markers(text: str, count: int) -> list[str] | None:
+    """The documents' texts, split at `---` lines; None if that does not give `count` of them.
+
+    A `---` at the start of a line always starts a document (the spec forbids it inside
+    scalars), so this is exact for the streams `kubectl`, kustomize and helm write; directives,
+    `...` markers and anything unexpected take the parser's way.
+    """
+    if re.search(r"^(?:\.\.\.|%)", text, re.MULTILINE):
+        return None
+    starts = [match.start() for match in _DOCUMENT_START.finditer(text)]
+    boundaries = [0, *(start for start in starts if start > 0), len(text)]
+    texts = [text[start:end] for start, end in itertools.pairwise(boundaries)]
+    if texts and not texts[0].startswith("---") and not _has_content(texts[0]):
+        if len(texts) == 1:
+            return [] if count == 0 else None
+        texts[1] = texts[0] + texts[1]  # leading comments belong to the first document
+        del texts[0]
+    return texts if len(texts) == count else None
+
+
 def _document_texts(text: str, name: str) -> list[str]:
     """Split the stream into the exact text of each document, as the parser sees them."""
     boundaries = [0]
@@ -251,19 +284,20 @@ def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
         documents = tuple(_yaml().load_all(text))
     except YAMLError as error:
         raise _error(name, error) from error
-    texts = _document_texts(text, name)
+    texts = _split_at_markers(text, len(documents))
+    if texts is None:
+        texts = _document_texts(text, name)
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
         raise YamlError(f"{name}: cannot tell its documents apart")
     sources = []
     for document, document_text in zip(documents, texts, strict=True):
-        explicit = _starts_explicitly(document_text)
-        indentation = guess_indentation(document_text)
         sources.append(
             _Source(
                 text=document_text,
-                explicit_start=explicit,
-                indentation=indentation,
-                serialised=_serialise(document, explicit, indentation),
+                explicit_start=_starts_explicitly(document_text),
+                explicit_end=bool(_DOCUMENT_END.search(document_text)),
+                indentation=guess_indentation(document_text),
+                fingerprint=_fingerprint(document),
             )
         )
     return ResourceFile(Path(path), documents, text, tuple(sources))
