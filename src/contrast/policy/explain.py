@@ -403,7 +403,8 @@ def _process(
     check_args: bool = True,
 ) -> Iterator[Difference]:
     if not isinstance(request, Mapping):
-        yield Difference(where, "the request has no process")
+        if policy:
+            yield Difference(where, "the request has no process")
         return
     if check_args:
         yield from _args(
