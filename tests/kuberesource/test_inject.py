@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contrast.cli import components
 from contrast.cli import servicemesh as servicemesh_cli
@@ -273,3 +275,65 @@ def test_another_volume_at_contrast_is_an_error() -> None:
     spec["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/contrast"}]
     with pytest.raises(InjectionError, match="mounts 'data' at /contrast"):
         inject.inject(Workload(resource("Pod", spec)), coordinator_namespace="default")
+
+
+_annotation_sets = st.fixed_dictionaries(
+    {},
+    optional={
+        "contrast.edgeless.systems/servicemesh-ingress": st.sampled_from(
+            ["", INGRESS, "web#443#false"]
+        ),
+        "contrast.edgeless.systems/servicemesh-egress": st.just(EGRESS),
+        "contrast.edgeless.systems/servicemesh-admin-interface-port": st.sampled_from(
+            ["9901", "15000"]
+        ),
+        "contrast.edgeless.systems/skip-initializer": st.sampled_from(["true", "false"]),
+        "contrast.edgeless.systems/pod-role": st.sampled_from(["coordinator", "worker"]),
+    },
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    kind=st.sampled_from(KINDS),
+    annotations=_annotation_sets,
+    containers=st.integers(1, 3),
+    init_containers=st.integers(0, 2),
+    skip_initializer=st.booleans(),
+    skip_service_mesh=st.booleans(),
+)
+def test_injection_is_idempotent_and_valid(
+    *,
+    kind: str,
+    annotations: dict[str, str],
+    containers: int,
+    init_containers: int,
+    skip_initializer: bool,
+    skip_service_mesh: bool,
+) -> None:
+    spec = pod_spec(
+        initContainers=[
+            {"name": f"init-{i}", "image": "busybox:1.36"} for i in range(init_containers)
+        ]
+    )
+    spec["containers"] = [dict(spec["containers"][0], name=f"c-{i}") for i in range(containers)]
+    workload = Workload(resource(kind, spec, annotations=annotations))
+    flags = {"skip_initializer": skip_initializer, "skip_service_mesh": skip_service_mesh}
+    inject.inject(workload, coordinator_namespace="ns", **flags)
+    validate(workload.resource)
+    snapshot = copy.deepcopy(workload.resource)
+    assert inject.inject(workload, coordinator_namespace="ns", **flags) is False
+    assert workload.resource == snapshot
+    injected = [c["name"] for c in workload.init_containers()]
+    coordinator = annotations.get("contrast.edgeless.systems/pod-role") == "coordinator"
+    wants_initializer = not (
+        skip_initializer
+        or coordinator
+        or annotations.get("contrast.edgeless.systems/skip-initializer") == "true"
+    )
+    mesh = not (skip_service_mesh or coordinator) and any(
+        "servicemesh" in key for key in annotations
+    )
+    expected = [INITIALIZER_NAME] * wants_initializer + [SERVICE_MESH_NAME] * mesh
+    assert injected[: len(expected)] == expected
+    assert injected[len(expected) :] == [f"init-{i}" for i in range(init_containers)]
