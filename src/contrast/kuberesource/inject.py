@@ -265,8 +265,7 @@ def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool
     """
     where = workload.describe()
     init_containers = _list(workload.pod_spec, "initContainers", where)
-    mesh = service_mesh
-    wanted = initializer_container(namespace, service_mesh=mesh)
+    wanted = initializer_container(namespace, service_mesh=service_mesh)
     index = _index(init_containers, INITIALIZER_NAME)
     if index is None:
         init_containers.insert(0, wanted)
@@ -274,7 +273,8 @@ def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool
     else:
         existing = init_containers[index]
         changed = _set_env(existing, COORDINATOR_HOST_ENV, coordinator_host(namespace))
-        changed |= _set_env(existing, SERVICE_MESH_DISABLED_ENV, None if mesh else "true")
+        disabled = None if service_mesh else "true"
+        changed |= _set_env(existing, SERVICE_MESH_DISABLED_ENV, disabled)
     return ensure_secrets_volume(workload) or changed
 
 
