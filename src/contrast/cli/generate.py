@@ -100,6 +100,13 @@ def register(commands: Any) -> None:
         help=f"state of the emulated TEE the emulated platforms trust (default: {EMULATED_TEE})",
     )
     parser.add_argument(
+        "--reference-values-file",
+        type=Path,
+        metavar="FILE",
+        help="reference values by runtime handler, as `contrast runtime reference-values`"
+        " writes them (default: the ones built into this release)",
+    )
+    parser.add_argument(
         "-o", "--output", type=Path, help="write all resources to this one file instead"
     )
     parser.set_defaults(run=run_generate)
@@ -131,6 +138,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         oci_layouts=tuple(arguments.oci_layout),
         insecure_registries=tuple(arguments.insecure_registry),
         emulated_tee=arguments.emulated_tee or workspace / EMULATED_TEE,
+        reference_values_file=arguments.reference_values_file,
         output=arguments.output,
         progress=sys.stderr.isatty(),
     )

@@ -28,6 +28,7 @@ from contrast.images.model import ImageFacts
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, yamlio
 from contrast.kuberesource.workloads import Workload
+from contrast.manifest.defaults import load_embedded
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
 from contrast.policy.generate import PolicyGenerator, default_rules
@@ -56,6 +57,7 @@ class Options:
     oci_layouts: tuple[Path, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     emulated_tee: Path | None = None
+    reference_values_file: Path | None = None
     output: Path | None = None
     progress: bool = False
 
@@ -187,7 +189,12 @@ def generate(
     result.written.extend(keys.created)
     platforms = runtimeclass.used_platforms(choices)
     result.platforms = tuple(p.display_name for p in platforms)
-    provider = references or ReferenceValueProvider(emulated_tee=options.emulated_tee)
+    provider = references or ReferenceValueProvider(
+        emulated_tee=options.emulated_tee,
+        embedded=None
+        if options.reference_values_file is None
+        else load_embedded(options.reference_values_file),
+    )
     document, missing = manifest_document.manifest_document(
         _previous_manifest(options.manifest), identities, platforms, keys, provider
     )

@@ -8,6 +8,7 @@ the local flow share; its entry can never admit real evidence, nor real entries 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,10 +28,13 @@ class ReferenceValueProvider:
     """`(platform) → (reference values by TEE kind, notes on values the user must fill in)`."""
 
     emulated_tee: Path | None = None
+    # Values by runtime handler as `contrast runtime reference-values` writes them; None takes
+    # the ones embedded in this release.
+    embedded: Mapping[str, ReferenceValues] | None = None
 
     def __call__(self, platform: Platform) -> tuple[ReferenceValues, list[str]]:
         if not platform.emulated:
-            return default_reference_values(platform)
+            return default_reference_values(platform, embedded=self.embedded)
         if self.emulated_tee is None:
             raise GenerateError(
                 f"{platform.display_name} needs the emulated TEE whose evidence it admits",

@@ -93,6 +93,25 @@ def _containers(spec: Mapping[str, Any], where: str) -> tuple[list[Any], list[An
     return init, regular
 
 
+def _with_claim_templates(workload: Workload) -> Mapping[str, Any]:
+    """The pod spec as the StatefulSet controller creates it: a PVC volume per claim template.
+
+    Kubernetes adds these volumes to each pod, so containers may mount them without the pod
+    template listing them.
+    """
+    spec = workload.pod_spec
+    templates = workload.resource.get("spec", {}).get("volumeClaimTemplates") or []
+    if workload.kind != "StatefulSet" or not templates:
+        return spec
+    listed = {str(volume.get("name")) for volume in spec.get("volumes") or []}
+    claims = [
+        {"name": name, "persistentVolumeClaim": {"claimName": f"{name}-{workload.name}"}}
+        for template in templates
+        if (name := str((template.get("metadata") or {}).get("name", ""))) not in listed
+    ]
+    return {**spec, "volumes": [*(spec.get("volumes") or []), *claims]}
+
+
 class PolicyGenerator:
     """Generates policies with one rule set and one settings document."""
 
@@ -112,7 +131,7 @@ class PolicyGenerator:
         config_resources: Sequence[Mapping[str, Any]] = (),
     ) -> dict[str, Any]:
         where = workload.describe()
-        spec = workload.pod_spec
+        spec = _with_claim_templates(workload)
         init, regular = _containers(spec, where)
         metadata = workload.pod_template.get("metadata") or {}
         annotations = {str(k): str(v) for k, v in (metadata.get("annotations") or {}).items()}
