@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 # sev-snp-measure ships no type information (no py.typed); its API is used at one place below.
-from sevsnpmeasure import guest, vcpu_types  # type: ignore[import-untyped]
-from sevsnpmeasure.sev_mode import SevMode  # type: ignore[import-untyped]
-from sevsnpmeasure.vmm_types import VMMType  # type: ignore[import-untyped]
+from sevsnpmeasure import guest, vcpu_types
+from sevsnpmeasure.sev_mode import SevMode
+from sevsnpmeasure.vmm_types import VMMType
 
 from contrast.attestation.snp.report import Product
 from contrast.errors import ContrastError
