@@ -1,0 +1,128 @@
+"""Settings files, directories with RFC 6902 drop-ins, and our defaults."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contrast.policy.json_patch import JsonPatchError, apply_patch
+from contrast.policy.settings import SettingsError, default_settings, load_settings
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "kata-policy"
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/testdata/kata-policy")
+
+
+def test_defaults_are_katas_with_contrasts_changes() -> None:
+    settings = default_settings()
+    defaults = settings.get("request_defaults")
+    assert defaults["ReadStreamRequest"] is True
+    assert "^CONTRAST_[A-Z0-9_]*=.*$" in defaults["CreateContainerRequest"]["allow_env_regex"]
+    assert settings.guest_pull
+    assert settings.get("cluster_config", "emptydir_type") == "block-encrypted"
+
+
+def test_accessors_return_copies() -> None:
+    settings = default_settings()
+    settings.section("common")["default_caps"].clear()
+    assert settings.get("common", "default_caps")
+
+
+def write_settings_dir(tmp_path: Path, drop_ins: dict[str, list[dict[str, Any]]]) -> Path:
+    shutil.copy(DATA / "genpolicy-settings.json", tmp_path / "settings.json")
+    (tmp_path / "settings.d").mkdir()
+    for name, patch in drop_ins.items():
+        (tmp_path / "settings.d" / name).write_text(json.dumps(patch))
+    return tmp_path
+
+
+@needs_data
+def test_drop_ins_apply_in_name_order(tmp_path: Path) -> None:
+    directory = write_settings_dir(
+        tmp_path,
+        {
+            "20-second.json": [{"op": "replace", "path": "/kata_config/oci_version", "value": "2"}],
+            "10-first.json": [
+                {"op": "test", "path": "/kata_config/oci_version", "value": "1.1.0"},
+                {"op": "replace", "path": "/kata_config/oci_version", "value": "1"},
+                {"op": "add", "path": "/common/default_caps/-", "value": "CAP_NEW"},
+                {"op": "remove", "path": "/request_defaults/CloseStdinRequest"},
+            ],
+        },
+    )
+    settings = load_settings(directory)
+    assert settings.get("kata_config", "oci_version") == "2"
+    assert settings.get("common", "default_caps")[-1] == "CAP_NEW"
+    assert settings.get("request_defaults", "CloseStdinRequest") is None
+
+
+@needs_data
+def test_katas_drop_in_examples_apply(tmp_path: Path) -> None:
+    shutil.copy(DATA / "genpolicy-settings.json", tmp_path / "genpolicy-settings.json")
+    shutil.copytree(DATA / "settings-drop-in-examples", tmp_path / "genpolicy-settings.d")
+    for example in (tmp_path / "genpolicy-settings.d").glob("*"):
+        if example.name not in ("10-non-coco-drop-in.json", "20-oci-1.3.0-drop-in.json"):
+            example.unlink()
+    settings = load_settings(tmp_path)
+    assert settings.guest_pull is False
+    assert settings.get("cluster_config", "emptydir_type") == "shared-fs"
+    assert settings.get("kata_config", "oci_version") == "1.3.0"
+
+
+@needs_data
+def test_a_failing_test_op_names_the_drop_in(tmp_path: Path) -> None:
+    directory = write_settings_dir(
+        tmp_path,
+        {"10-x.json": [{"op": "test", "path": "/cluster_config/guest_pull", "value": False}]},
+    )
+    with pytest.raises(SettingsError, match=r"10-x\.json"):
+        load_settings(directory)
+
+
+def test_directory_without_settings(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"settings\.json"):
+        load_settings(tmp_path)
+
+
+def test_file_that_is_not_settings(tmp_path: Path) -> None:
+    path = tmp_path / "s.json"
+    path.write_text('{"common": {}}')
+    with pytest.raises(SettingsError, match="lack"):
+        load_settings(path)
+    path.write_text("{")
+    with pytest.raises(SettingsError, match="not JSON"):
+        load_settings(path)
+
+
+@pytest.mark.parametrize(
+    "patch",
+    [
+        [{"op": "remove", "path": "/absent"}],
+        [{"op": "replace", "path": "/list/5", "value": 1}],
+        [{"op": "move", "from": "/a", "path": "/b"}],
+        [{"op": "add", "path": "no-slash", "value": 1}],
+        [{"op": "add", "path": "/a/b/c", "value": 1}],
+        {"op": "add"},
+    ],
+)
+def test_bad_patches_raise_and_leave_the_document(patch: Any) -> None:
+    document = {"a": 1, "list": [1, 2]}
+    with pytest.raises(JsonPatchError):
+        apply_patch(document, patch)
+    assert document == {"a": 1, "list": [1, 2]}
+
+
+def test_pointer_escapes_and_array_positions() -> None:
+    document = {"a/b": {"m~n": [1, 3]}}
+    patched = apply_patch(
+        document,
+        [
+            {"op": "add", "path": "/a~1b/m~0n/1", "value": 2},
+            {"op": "add", "path": "/a~1b/m~0n/-", "value": 4},
+        ],
+    )
+    assert patched == {"a/b": {"m~n": [1, 2, 3, 4]}}
+    assert document == {"a/b": {"m~n": [1, 3]}}
