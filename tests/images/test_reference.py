@@ -71,7 +71,8 @@ def test_malformed(text: str, part: str) -> None:
         ImageReference.from_string(text)
 
 
-_component = st.from_regex(r"[a-z0-9]{1,8}(?:[._-][a-z0-9]{1,8}){0,2}", fullmatch=True)
+# No "." in components: without a host, a dotted first component is a registry host (as in Docker).
+_component = st.from_regex(r"[a-z0-9]{1,8}(?:(?:_|__|-+)[a-z0-9]{1,8}){0,2}", fullmatch=True)
 _host = st.one_of(
     st.just(""),
     st.just("localhost/"),
