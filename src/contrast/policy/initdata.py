@@ -4,6 +4,11 @@
 agent policy. The pod annotation carries base64(gzip(TOML)); SNP HOST_DATA and the first 32 bytes
 of TDX MRCONFIGID carry the hash of the TOML bytes (research/policy.md), which is why the manifest
 keys workloads by it and why the bytes, not a re-serialisation, are what gets hashed.
+
+`to_toml()` writes the bytes genpolicy writes (Rust `toml` pretty printer,
+research/kata-agent-policy-inputs.md §6.1): literal strings, the policy as a multi-line literal
+string closed right after its last byte. The same policy text therefore gets the same HOSTDATA as
+with the original. A value a literal string cannot hold falls back to an escaped basic string.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import base64
 import binascii
 import gzip
 import hashlib
+import re
 import tomllib
 import zlib
 from collections.abc import Mapping
@@ -31,6 +37,27 @@ POLICY_HASH_SIZE = 32
 _ALGORITHMS = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
 
 
+_BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+# Literal strings hold anything but control characters (tab allowed; newlines in multi-line ones).
+_LITERAL_UNSAFE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+def _toml_key(key: str) -> str:
+    if _BARE_KEY.fullmatch(key):
+        return key
+    return tomli_w.dumps({key: 0})[: -len(" = 0\n")]  # a quoted key, escaped where needed
+
+
+def _toml_string(value: str) -> str:
+    """A TOML string as the Rust `toml` crate's pretty printer writes it."""
+    if "\r" not in value and not _LITERAL_UNSAFE.search(value):
+        if "\n" in value and "'''" not in value and not value.endswith("'"):
+            return f"'''\n{value}'''"
+        if "\n" not in value and "'" not in value:
+            return f"'{value}'"
+    return tomli_w.dumps({"v": value}, multiline_strings=False).removeprefix("v = ").rstrip("\n")
+
+
 class InitdataError(ContrastError):
     """An initdata annotation or document that cannot be read."""
 
@@ -42,8 +69,15 @@ class Initdata:
     version: str = VERSION
 
     def to_toml(self) -> bytes:
-        document = {"version": self.version, "algorithm": self.algorithm, "data": dict(self.data)}
-        return tomli_w.dumps(document, multiline_strings=True).encode()
+        lines = [
+            f"version = {_toml_string(self.version)}",
+            f"algorithm = {_toml_string(self.algorithm)}",
+            "",
+            "[data]",
+        ]
+        # genpolicy's map has no defined order; ours is sorted, so the bytes are reproducible.
+        lines += [f"{_toml_key(k)} = {_toml_string(v)}" for k, v in sorted(self.data.items())]
+        return ("\n".join(lines) + "\n").encode()
 
     @classmethod
     def from_toml(cls, text: bytes) -> Initdata:
