@@ -135,6 +135,16 @@ class ImageResolver:
         return facts
 
     def _locate(self, reference: ImageReference) -> _Located:
+        """Where `reference` is and what it is; errors name the image, since one run has many."""
+        try:
+            return self._find(reference)
+        except ImageError as error:
+            if str(reference) in error.message:
+                raise
+            # Same class, so callers can still tell a registry refusal from a digest mismatch.
+            raise type(error)(f"image {reference}: {error.message}", hint=error.hint) from None
+
+    def _find(self, reference: ImageReference) -> _Located:
         for layout in self._layouts:
             entry = layout.find(reference)
             if entry is not None:

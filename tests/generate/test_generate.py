@@ -1,0 +1,181 @@
+"""`contrast generate` as a command: stdin, workspace files, keys, failures that lose nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import stat
+import sys
+
+import pytest
+from ruamel.yaml import YAML
+
+from contrast.cli.main import main
+from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
+from tests.generate.conftest import GenerateWorkspace
+
+EMULATED = ("--reference-values", "emulated-snp")
+
+
+def prepared(workspace: GenerateWorkspace) -> GenerateWorkspace:
+    workspace.add_example("sidecar-tls")
+    workspace.add_coordinator("emulated-snp")
+    return workspace
+
+
+def test_keys_are_created_owner_only_and_never_replaced(workspace: GenerateWorkspace) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    keys = {name: workspace.root / name for name in ("workload-owner.pem", "seedshare-owner.pem")}
+    for path in keys.values():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    before = {name: path.read_bytes() for name, path in keys.items()}
+    manifest = workspace.manifest()
+    assert len(manifest["WorkloadOwnerKeyDigests"]) == 1
+    assert len(manifest["SeedshareOwnerPubKeys"]) == 1
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    assert {name: path.read_bytes() for name, path in keys.items()} == before
+
+
+def test_disable_updates_lists_no_owner(workspace: GenerateWorkspace) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, "--disable-updates", str(workspace.resources)) == 0
+    assert workspace.manifest()["WorkloadOwnerKeyDigests"] == []
+    assert not (workspace.root / "workload-owner.pem").exists()
+
+
+def test_edited_rules_are_used_and_change_the_policy_hash(workspace: GenerateWorkspace) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    before = set(workspace.manifest()["Policies"])
+    rules = workspace.root / "rules.rego"
+    rules.write_text(rules.read_text() + "\n# reviewed by the platform team\n")
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    after = set(workspace.manifest()["Policies"])
+    assert before.isdisjoint(after)
+    assert len(after) == len(before)
+
+
+def test_stdin_to_stdout(
+    workspace: GenerateWorkspace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prepared(workspace)
+    text = (workspace.resources / "app.yml").read_text()
+    (workspace.resources / "app.yml").unlink()
+    coordinator = workspace.resources / "coordinator.yml"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(text + "---\n" + coordinator.read_text()))
+    assert workspace.generate(*EMULATED, "-") == 0
+    captured = capsys.readouterr()
+    documents = [d for d in YAML(typ="safe").load_all(captured.out) if d]
+    assert [d["kind"] for d in documents] == [
+        "Deployment",
+        "Deployment",
+        "StatefulSet",
+        "Service",
+        "Service",
+    ]
+    annotations = documents[0]["spec"]["template"]["metadata"]["annotations"]
+    hash_hex = policy_hash(decode_annotation(annotations[ANNOTATION])).hex()
+    assert hash_hex in workspace.manifest()["Policies"]
+    assert "confidential workloads" in captured.err  # the report stays off stdout
+    assert coordinator.read_text().count(ANNOTATION) == 0  # files are not touched
+
+
+def test_skip_initializer(workspace: GenerateWorkspace) -> None:
+    workspace.add_example("kustomize-app")
+    workspace.add_coordinator("emulated-snp")
+    assert workspace.generate(*EMULATED, "--skip-initializer", str(workspace.resources)) == 0
+    (deployment,) = [d for d in workspace.documents("build.yml") if d["kind"] == "Deployment"]
+    assert "initContainers" not in deployment["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda text: text.replace(
+                "image: ghcr.io/example/frontend:1.4.2", "image: 127.0.0.1:9/example/missing:1"
+            ),
+            "127.0.0.1:9/example/missing:1",
+        ),
+        (lambda text: text + "---\nkind: [unclosed\n", "app.yml"),
+        (
+            lambda text: text.replace(
+                "runtimeClassName: contrast-cc", "runtimeClassName: contrast-cc-metal-qemu-sev"
+            ),
+            "contrast-cc-metal-qemu-sev",
+        ),
+        (
+            lambda text: text.replace(
+                "backend#127.0.0.2:4001#backend.default:4001", "backend#10.0.0.1:4001#backend:4001"
+            ),
+            "127.0.0.0/8",
+        ),
+    ],
+    ids=["unknown image", "broken YAML", "unknown runtime class", "egress outside loopback"],
+)
+def test_failures_are_one_line_and_change_nothing(
+    workspace: GenerateWorkspace,
+    capsys: pytest.CaptureFixture[str],
+    edit: object,
+    message: str,
+) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    app = workspace.resources / "app.yml"
+    assert callable(edit)
+    app.write_text(edit(app.read_text()))
+    before = workspace.snapshot()
+    capsys.readouterr()
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("contrast: ")
+    assert err.count("\n") == 1
+    assert "Traceback" not in err
+    assert message in err
+    assert workspace.snapshot() == before
+
+
+def test_without_a_coordinator_nothing_is_written(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace.add_example("sidecar-tls")
+    before = (workspace.resources / "app.yml").read_bytes()
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
+    assert "no Coordinator" in capsys.readouterr().err
+    assert (workspace.resources / "app.yml").read_bytes() == before
+    assert not (workspace.root / "manifest.json").exists()
+
+
+def test_contrast_cc_needs_a_platform(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prepared(workspace)
+    assert workspace.generate(str(workspace.resources)) == 1
+    assert "--reference-values" in capsys.readouterr().err
+
+
+def test_existing_reference_values_are_kept(workspace: GenerateWorkspace) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    path = workspace.root / "manifest.json"
+    document = json.loads(path.read_text())
+    document["ReferenceValues"]["snp"][0]["MinimumMitigationVector"] = 7  # an operator's edit
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    assert (
+        main(
+            [
+                "generate",
+                "--workspace-dir",
+                str(workspace.root),
+                "--oci-layout",
+                str(workspace.layout),
+                *EMULATED,
+                str(workspace.resources),
+            ]
+        )
+        == 0
+    )
+    assert json.loads(path.read_text())["ReferenceValues"]["snp"][0]["MinimumMitigationVector"] == 7
