@@ -9,12 +9,11 @@ import pytest
 
 from contrast.policy.engine import (
     AgentPolicy,
-    PatchError,
     PolicyEvaluationError,
     PolicyLoadError,
-    apply_patch,
     lenient_policy_text,
 )
+from contrast.policy.json_patch import JsonPatchError, apply_patch
 from contrast.policy.requests import RequestError
 
 KATA = Path(__file__).parents[2].parent / "shared" / "testdata" / "kata-policy"
@@ -268,11 +267,11 @@ def test_patches_are_all_or_nothing() -> None:
     )
     assert patched == {"pstate": {"a": 3, "b": [2]}}
     assert document == {"pstate": {"a": 1}}
-    with pytest.raises(PatchError, match="operation 1"):
+    with pytest.raises(JsonPatchError, match="operation 1"):
         apply_patch(
             document, [{"op": "add", "path": "/x", "value": 1}, {"op": "remove", "path": "/y"}]
         )
-    with pytest.raises(PatchError):
+    with pytest.raises(JsonPatchError):
         apply_patch(document, [{"op": "test", "path": "/pstate/a", "value": True}])
     assert apply_patch({"a~b/": 0}, [{"op": "remove", "path": "/a~0b~1"}]) == {}
 

@@ -102,7 +102,8 @@ def test_file_that_is_not_settings(tmp_path: Path) -> None:
     [
         [{"op": "remove", "path": "/absent"}],
         [{"op": "replace", "path": "/list/5", "value": 1}],
-        [{"op": "move", "from": "/a", "path": "/b"}],
+        [{"op": "move", "from": "/absent", "path": "/b"}],
+        [{"op": "test", "path": "/a", "value": 2}],
         [{"op": "add", "path": "no-slash", "value": 1}],
         [{"op": "add", "path": "/a/b/c", "value": 1}],
         {"op": "add"},

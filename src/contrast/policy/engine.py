@@ -33,6 +33,7 @@ from typing import Any
 import regorus  # type: ignore[import-untyped]
 
 from contrast.errors import ContrastError
+from contrast.policy.json_patch import JsonPatchError, apply_patch, is_operation
 from contrast.policy.requests import normalise_request, query_name
 
 PACKAGE = "agent_policy"
@@ -205,7 +206,7 @@ class AgentPolicy:
     def _apply(self, name: str, ops: Sequence[Mapping[str, Any]]) -> None:
         try:
             patched = apply_patch(self._data, ops)
-        except PatchError as error:
+        except JsonPatchError as error:
             raise PolicyEvaluationError(
                 f"{name}: the policy's ops cannot be applied to the state: {error}",
                 hint="the agent fails such a request with an internal error; state is unchanged",
@@ -230,7 +231,7 @@ def _read_answer(name: str, value: Any) -> tuple[bool, list[Mapping[str, Any]]]:
         ops = value.get("ops")
         if ops is None:
             return allowed, []
-        if not isinstance(ops, list) or not all(_is_operation(op) for op in ops):
+        if not isinstance(ops, list) or not all(is_operation(op) for op in ops):
             raise PolicyEvaluationError(f"{name}: the policy's 'ops' is not an RFC 6902 patch")
         return allowed, ops
     raise PolicyEvaluationError(
@@ -287,144 +288,3 @@ def _string_is_number(text: str) -> bool:
     except RuntimeError:
         return False
     return True
-
-
-# --- RFC 6902 patches ---------------------------------------------------------------------------
-
-
-class PatchError(PolicyError):
-    """A JSON patch that cannot be applied."""
-
-
-_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
-
-
-def _is_operation(op: Any) -> bool:
-    return (
-        isinstance(op, dict)
-        and op.get("op") in _OPERATIONS
-        and isinstance(op.get("path"), str)
-        and ("value" in op or op["op"] not in ("add", "replace", "test"))
-        and (isinstance(op.get("from"), str) or op["op"] not in ("move", "copy"))
-    )
-
-
-def apply_patch(document: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
-    """`document` with the RFC 6902 `ops` applied; the input is never modified.
-
-    All or nothing, like the agent's `json_patch::patch`: any failing operation raises
-    `PatchError` and nothing is changed.
-    """
-    result = copy.deepcopy(document)
-    for index, op in enumerate(ops):
-        if not _is_operation(op):
-            raise PatchError(f"operation {index} is not a valid RFC 6902 operation")
-        try:
-            result = _apply_operation(result, op)
-        except PatchError as error:
-            raise PatchError(f"operation {index} ({op['op']} {op['path']}): {error}") from None
-    return result
-
-
-def _apply_operation(document: Any, op: Mapping[str, Any]) -> Any:
-    kind, path = op["op"], op["path"]
-    if kind == "add":
-        return _add(document, path, copy.deepcopy(op["value"]))
-    if kind == "remove":
-        return _remove(document, path)[0]
-    if kind == "replace":
-        document = _remove(document, path)[0] if path else document
-        return _add(document, path, copy.deepcopy(op["value"]))
-    if kind == "test":
-        if not _json_equal(_get(document, path), op["value"]):
-            raise PatchError("the value differs")
-        return document
-    value = copy.deepcopy(_get(document, op["from"]))
-    if kind == "move":
-        if path.startswith(op["from"] + "/"):
-            raise PatchError("cannot move a value into itself")
-        document = _remove(document, op["from"])[0]
-    return _add(document, path, value)
-
-
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise PatchError(f"{path!r} is not a JSON pointer")
-    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
-
-
-def _index(container: list[Any], part: str, *, insert: bool) -> int:
-    if insert and part == "-":
-        return len(container)
-    if not part.isdigit() or (part != "0" and part.startswith("0")):
-        raise PatchError(f"{part!r} is not an array index")
-    index = int(part)
-    if index > len(container) or (index == len(container) and not insert):
-        raise PatchError(f"index {index} is out of range")
-    return index
-
-
-def _parent(document: Any, path: str) -> tuple[Any, str]:
-    parts = _pointer(path)
-    node = document
-    for part in parts[:-1]:
-        node = _child(node, part)
-    return node, parts[-1]
-
-
-def _child(node: Any, part: str) -> Any:
-    if isinstance(node, dict):
-        if part not in node:
-            raise PatchError(f"{part!r} does not exist")
-        return node[part]
-    if isinstance(node, list):
-        return node[_index(node, part, insert=False)]
-    raise PatchError(f"{part!r} is below a value that is not a container")
-
-
-def _get(document: Any, path: str) -> Any:
-    node = document
-    for part in _pointer(path):
-        node = _child(node, part)
-    return node
-
-
-def _add(document: Any, path: str, value: Any) -> Any:
-    if path == "":
-        return value
-    parent, part = _parent(document, path)
-    if isinstance(parent, dict):
-        parent[part] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, part, insert=True), value)
-    else:
-        raise PatchError("the parent is not a container")
-    return document
-
-
-def _remove(document: Any, path: str) -> tuple[Any, Any]:
-    if path == "":
-        raise PatchError("cannot remove the whole document")
-    parent, part = _parent(document, path)
-    if isinstance(parent, dict):
-        if part not in parent:
-            raise PatchError(f"{part!r} does not exist")
-        return document, parent.pop(part)
-    if isinstance(parent, list):
-        return document, parent.pop(_index(parent, part, insert=False))
-    raise PatchError("the parent is not a container")
-
-
-def _json_equal(left: Any, right: Any) -> bool:
-    """JSON equality: unlike Python's, `true` is not `1`."""
-    if isinstance(left, bool) or isinstance(right, bool):
-        return type(left) is type(right) and left == right
-    if isinstance(left, dict) and isinstance(right, dict):
-        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
-    if isinstance(left, list) and isinstance(right, list):
-        return len(left) == len(right) and all(map(_json_equal, left, right))
-    return bool(type(left) is type(right) or {type(left), type(right)} <= {int, float}) and (
-        left == right
-    )

@@ -1,14 +1,14 @@
-"""RFC 6902 JSON Patch, the operations settings drop-ins use: add, remove, replace and test.
+"""RFC 6902 JSON Patch: the agent's state updates and genpolicy's settings drop-ins.
 
-genpolicy applies `genpolicy-settings.d/*.json` to its settings with these four operations (and
-Kata's drop-in examples use nothing else), so `move`/`copy` are refused rather than half-supported.
-The document is never modified in place: a patch either applies whole or raises.
+Both sides of the original use the Rust `json_patch` crate: the Kata agent applies a policy's
+`ops` to its data document, genpolicy applies `settings.d/*.json` to its settings. Both apply a
+patch whole or not at all, so this does too, and never modifies the input.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from contrast.errors import ContrastError
@@ -18,107 +18,135 @@ class JsonPatchError(ContrastError):
     """A JSON patch that is malformed or does not apply to the document."""
 
 
-def _pointer(path: Any) -> list[str]:
-    """The reference tokens of a JSON pointer (RFC 6901), unescaped."""
-    if not isinstance(path, str) or (path and not path.startswith("/")):
-        raise JsonPatchError(f"JSON pointer {path!r} does not start with '/'")
-    if not path:
+_OPERATIONS = ("add", "remove", "replace", "move", "copy", "test")
+
+
+def is_operation(op: Any) -> bool:
+    return (
+        isinstance(op, dict)
+        and op.get("op") in _OPERATIONS
+        and isinstance(op.get("path"), str)
+        and ("value" in op or op["op"] not in ("add", "replace", "test"))
+        and (isinstance(op.get("from"), str) or op["op"] not in ("move", "copy"))
+    )
+
+
+def apply_patch(document: Any, ops: Sequence[Mapping[str, Any]]) -> Any:
+    """`document` with the RFC 6902 `ops` applied; the input is never modified.
+
+    All or nothing, like the agent's `json_patch::patch`: any failing operation raises
+    `PatchError` and nothing is changed.
+    """
+    result = copy.deepcopy(document)
+    for index, op in enumerate(ops):
+        if not is_operation(op):
+            raise JsonPatchError(f"operation {index} is not a valid RFC 6902 operation")
+        try:
+            result = _apply_operation(result, op)
+        except JsonPatchError as error:
+            raise JsonPatchError(f"operation {index} ({op['op']} {op['path']}): {error}") from None
+    return result
+
+
+def _apply_operation(document: Any, op: Mapping[str, Any]) -> Any:
+    kind, path = op["op"], op["path"]
+    if kind == "add":
+        return _add(document, path, copy.deepcopy(op["value"]))
+    if kind == "remove":
+        return _remove(document, path)[0]
+    if kind == "replace":
+        document = _remove(document, path)[0] if path else document
+        return _add(document, path, copy.deepcopy(op["value"]))
+    if kind == "test":
+        if not _json_equal(_get(document, path), op["value"]):
+            raise JsonPatchError("the value differs")
+        return document
+    value = copy.deepcopy(_get(document, op["from"]))
+    if kind == "move":
+        if path.startswith(op["from"] + "/"):
+            raise JsonPatchError("cannot move a value into itself")
+        document = _remove(document, op["from"])[0]
+    return _add(document, path, value)
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
         return []
-    return [token.replace("~1", "/").replace("~0", "~") for token in path[1:].split("/")]
+    if not path.startswith("/"):
+        raise JsonPatchError(f"{path!r} is not a JSON pointer")
+    return [part.replace("~1", "/").replace("~0", "~") for part in path[1:].split("/")]
 
 
-def _index(container: list[Any], token: str, path: str, *, for_add: bool) -> int:
-    if for_add and token == "-":  # noqa: S105 (the append position, not a secret)
+def _index(container: list[Any], part: str, *, insert: bool) -> int:
+    if insert and part == "-":
         return len(container)
-    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
-        raise JsonPatchError(f"{path}: {token!r} is not an array index")
-    index = int(token)
-    limit = len(container) if for_add else len(container) - 1
-    if index > limit:
-        raise JsonPatchError(f"{path}: index {index} is out of range")
+    if not part.isdigit() or (part != "0" and part.startswith("0")):
+        raise JsonPatchError(f"{part!r} is not an array index")
+    index = int(part)
+    if index > len(container) or (index == len(container) and not insert):
+        raise JsonPatchError(f"index {index} is out of range")
     return index
 
 
-def _parent(document: Any, tokens: list[str], path: str) -> Any:
+def _parent(document: Any, path: str) -> tuple[Any, str]:
+    parts = _pointer(path)
     node = document
-    for token in tokens[:-1]:
-        if isinstance(node, dict):
-            if token not in node:
-                raise JsonPatchError(f"{path}: {token!r} does not exist")
-            node = node[token]
-        elif isinstance(node, list):
-            node = node[_index(node, token, path, for_add=False)]
-        else:
-            raise JsonPatchError(f"{path}: {token!r} is below a scalar")
-    return node
+    for part in parts[:-1]:
+        node = _child(node, part)
+    return node, parts[-1]
+
+
+def _child(node: Any, part: str) -> Any:
+    if isinstance(node, dict):
+        if part not in node:
+            raise JsonPatchError(f"{part!r} does not exist")
+        return node[part]
+    if isinstance(node, list):
+        return node[_index(node, part, insert=False)]
+    raise JsonPatchError(f"{part!r} is below a value that is not a container")
 
 
 def _get(document: Any, path: str) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return document
-    parent = _parent(document, tokens, path)
-    token = tokens[-1]
-    if isinstance(parent, dict):
-        if token not in parent:
-            raise JsonPatchError(f"{path} does not exist")
-        return parent[token]
-    if isinstance(parent, list):
-        return parent[_index(parent, token, path, for_add=False)]
-    raise JsonPatchError(f"{path}: {token!r} is below a scalar")
+    node = document
+    for part in _pointer(path):
+        node = _child(node, part)
+    return node
 
 
-def _apply(document: Any, operation: Mapping[str, Any]) -> Any:
-    op = operation.get("op")
-    path = operation.get("path")
-    tokens = _pointer(path)
-    assert isinstance(path, str)
-    if op == "test":
-        if "value" not in operation:
-            raise JsonPatchError(f"test of {path} has no value")
-        if _get(document, path) != operation["value"]:
-            raise JsonPatchError(f"test failed: {path} is not {operation['value']!r}")
-        return document
-    if op not in ("add", "remove", "replace"):
-        raise JsonPatchError(
-            f"JSON patch operation {op!r} is not supported (add/remove/replace/test)"
-        )
-    if op != "remove" and "value" not in operation:
-        raise JsonPatchError(f"{op} of {path} has no value")
-    value = copy.deepcopy(operation.get("value"))
-    if not tokens:
-        if op == "remove":
-            raise JsonPatchError("cannot remove the whole document")
+def _add(document: Any, path: str, value: Any) -> Any:
+    if path == "":
         return value
-    parent = _parent(document, tokens, path)
-    token = tokens[-1]
+    parent, part = _parent(document, path)
     if isinstance(parent, dict):
-        if op != "add" and token not in parent:
-            raise JsonPatchError(f"{op}: {path} does not exist")
-        if op == "remove":
-            del parent[token]
-        else:
-            parent[token] = value
+        parent[part] = value
     elif isinstance(parent, list):
-        index = _index(parent, token, path, for_add=op == "add")
-        if op == "add":
-            parent.insert(index, value)
-        elif op == "remove":
-            del parent[index]
-        else:
-            parent[index] = value
+        parent.insert(_index(parent, part, insert=True), value)
     else:
-        raise JsonPatchError(f"{path}: {token!r} is below a scalar")
+        raise JsonPatchError("the parent is not a container")
     return document
 
 
-def apply_patch(document: Any, patch: Any) -> Any:
-    """`document` with `patch` applied; the input is left untouched."""
-    if not isinstance(patch, list):
-        raise JsonPatchError("a JSON patch must be an array of operations")
-    result = copy.deepcopy(document)
-    for number, operation in enumerate(patch):
-        if not isinstance(operation, Mapping):
-            raise JsonPatchError(f"operation {number} of the JSON patch is not an object")
-        result = _apply(result, operation)
-    return result
+def _remove(document: Any, path: str) -> tuple[Any, Any]:
+    if path == "":
+        raise JsonPatchError("cannot remove the whole document")
+    parent, part = _parent(document, path)
+    if isinstance(parent, dict):
+        if part not in parent:
+            raise JsonPatchError(f"{part!r} does not exist")
+        return document, parent.pop(part)
+    if isinstance(parent, list):
+        return document, parent.pop(_index(parent, part, insert=False))
+    raise JsonPatchError("the parent is not a container")
+
+
+def _json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: unlike Python's, `true` is not `1`."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return type(left) is type(right) and left == right
+    if isinstance(left, dict) and isinstance(right, dict):
+        return left.keys() == right.keys() and all(_json_equal(left[k], right[k]) for k in left)
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(map(_json_equal, left, right))
+    return bool(type(left) is type(right) or {type(left), type(right)} <= {int, float}) and (
+        left == right
+    )
