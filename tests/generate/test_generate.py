@@ -11,6 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from contrast.cli.main import main
+from contrast.manifest.defaults import MINIMUM_TCB_FIELDS
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
 from tests.generate.conftest import GenerateWorkspace
 
@@ -179,3 +180,23 @@ def test_existing_reference_values_are_kept(workspace: GenerateWorkspace) -> Non
         == 0
     )
     assert json.loads(path.read_text())["ReferenceValues"]["snp"][0]["MinimumMitigationVector"] == 7
+
+
+def test_set_refuses_expected_missing_values_until_filled_in(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    workspace.add_example("gpu")
+    workspace.add_coordinator("metal-qemu-snp")
+    # As a release build writes them: MinimumTCB is left for the operator (null).
+    values = json.loads(workspace.reference_values.read_text())
+    for entries in values.values():
+        for entry in entries.get("snp", []):
+            entry["MinimumTCB"] = dict.fromkeys(MINIMUM_TCB_FIELDS)
+    workspace.reference_values.write_text(json.dumps(values))
+    assert workspace.generate("--reference-values", "metal-qemu-snp", str(workspace.resources)) == 0
+    capsys.readouterr()
+    set_command = ["set", "-c", "127.0.0.1:9", "--workspace-dir", str(workspace.root)]
+    assert main([*set_command, str(workspace.resources)]) == 1
+    err = capsys.readouterr().err
+    assert "expected-missing" in err
+    assert "MinimumTCB.BootloaderVersion" in err

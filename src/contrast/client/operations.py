@@ -34,6 +34,7 @@ from contrast.client.workspace import (
 )
 from contrast.errors import ContrastError
 from contrast.history.history import ZERO_HASH, digest
+from contrast.manifest.defaults import unfilled_values
 from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
@@ -94,6 +95,14 @@ def set_manifest(
 ) -> SetResult:
     """Attest the Coordinator, then set the local manifest with the resources' policies."""
     manifest, manifest_bytes = load_manifest(target.manifest_path)
+    unfilled = unfilled_values(manifest.reference_values.model_dump())
+    if unfilled:
+        raise OperationFailed(
+            f"{target.manifest_path} still has expected-missing reference values:"
+            f" {', '.join(unfilled)}",
+            hint="fill them in with your hosts' values (contrast generate listed where),"
+            " then set again",
+        )
     policies = collect_policies(resources)
     missing = sorted(set(manifest.policies) - set(policies))
     if missing:

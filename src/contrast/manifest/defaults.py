@@ -220,3 +220,21 @@ def _require_real(platform: Platform, tee: Tee) -> None:
             f"{platform.display_name} is a {platform.tee.value.upper()} platform,"
             f" not {tee.value.upper()}"
         )
+
+
+def unfilled_values(reference_values: Mapping[str, Any]) -> list[str]:
+    """The expected-missing values still `null` in a manifest's `ReferenceValues`.
+
+    The verifier reads `null` as "not checked"; `contrast set` refuses such a manifest, so that a
+    deployment never runs without the TCB minimum or MRSEAM its operator meant to set.
+    """
+    unfilled = []
+    for index, entry in enumerate(reference_values.get("snp") or []):
+        tcb = entry.get("MinimumTCB")
+        if isinstance(tcb, Mapping):
+            fields = [name for name in MINIMUM_TCB_FIELDS if name in tcb and tcb[name] is None]
+            unfilled += [f"snp[{index}] ({entry.get(PLATFORM)}) MinimumTCB.{f}" for f in fields]
+    for index, entry in enumerate(reference_values.get("tdx") or []):
+        if "MrSeam" in entry and entry["MrSeam"] is None:
+            unfilled.append(f"tdx[{index}] ({entry.get(PLATFORM)}) MrSeam")
+    return unfilled
