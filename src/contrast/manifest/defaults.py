@@ -26,8 +26,6 @@ TDX `MrSeam`. Emulated platforms are not handled here: their entries name the em
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Mapping
 from importlib import resources
 from pathlib import Path
@@ -47,6 +45,7 @@ from contrast.attestation.tdx.reference import (
     SEPT_VE_DISABLE_ONLY,
     TdxReferenceValues,
 )
+from contrast.files import write_atomically
 from contrast.manifest.errors import ManifestError
 from contrast.platforms import Hypervisor, Platform, Tee
 
@@ -197,14 +196,7 @@ def update_embedded(
     document = load_embedded(path) if path.exists() else {}
     document[platform.runtime_class_name] = {platform.tee.value: entries}
     text = json.dumps(dict(sorted(document.items())), indent=2) + "\n"
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(descriptor, "w") as file:
-            file.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_atomically(path, text.encode())
     return document
 
 
