@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from contrast.atls.issuers import TeeKind
-from contrast.atls.reportdata import public_key_der
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.client.workspace import (
@@ -22,19 +21,14 @@ from contrast.client.workspace import (
     SEEDSHARE_OWNER_KEY,
     WORKLOAD_OWNER_KEY,
     Workspace,
-    generate_seedshare_owner_key,
-    generate_workload_owner_key,
-    load_seedshare_owner_key,
-    load_workload_owner_key,
 )
+from contrast.generate.keys import ensure_owner_keys
 from contrast.manifest.model import Manifest
-from contrast.manifest.ownership import owner_key_digest
 from contrast.manifest.verifier import (
     emulated_snp_reference_values,
     emulated_tdx_reference_values,
 )
 from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation, policy_hash
-from contrast.seed.shares import public_key_hex
 
 RESOURCES = "resources"
 
@@ -79,12 +73,12 @@ def write_workspace(
     workloads: Sequence[DemoWorkload],
 ) -> tuple[Workspace, Manifest]:
     workspace = Workspace(root)
-    if not workspace.path(WORKLOAD_OWNER_KEY).exists():
-        workspace.write_private(WORKLOAD_OWNER_KEY, generate_workload_owner_key())
-    if not workspace.path(SEEDSHARE_OWNER_KEY).exists():
-        workspace.write_private(SEEDSHARE_OWNER_KEY, generate_seedshare_owner_key())
-    owner = load_workload_owner_key(workspace.path(WORKLOAD_OWNER_KEY))
-    seedshare = load_seedshare_owner_key(workspace.path(SEEDSHARE_OWNER_KEY))
+    keys = ensure_owner_keys(
+        [workspace.path(WORKLOAD_OWNER_KEY)],
+        [workspace.path(SEEDSHARE_OWNER_KEY)],
+        create_missing=True,
+        disable_updates=False,
+    )
     for workload in workloads:
         workspace.write_public(f"{RESOURCES}/{workload.name}.yml", workload.pod_yaml().encode())
     document = {
@@ -97,8 +91,8 @@ def write_workspace(
             for workload in workloads
         },
         "ReferenceValues": dict(reference_values),
-        "WorkloadOwnerKeyDigests": [owner_key_digest(public_key_der(owner.public_key()))],
-        "SeedshareOwnerPubKeys": [public_key_hex(seedshare.public_key())],
+        "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
+        "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
     }
     manifest_bytes = json.dumps(document, indent=2).encode() + b"\n"
     workspace.write_public(MANIFEST, manifest_bytes)
