@@ -200,3 +200,62 @@ def test_set_refuses_expected_missing_values_until_filled_in(
     err = capsys.readouterr().err
     assert "expected-missing" in err
     assert "MinimumTCB.BootloaderVersion" in err
+
+
+def _move_annotations_to_the_deployment(text: str) -> str:
+    """The sidecar-tls example with its annotations where the deployment guide puts them."""
+    documents = list(YAML(typ="safe").load_all(text))
+    for document in documents:
+        template = document["spec"]["template"]["metadata"]
+        document["metadata"]["annotations"] = template.pop("annotations")
+    documents[1]["metadata"]["annotations"]["contrast.edgeless.systems/workload-secret-id"] = (
+        "shop/backend"
+    )
+    buffer = io.StringIO()
+    YAML(typ="safe").dump_all(documents, buffer)
+    return buffer.getvalue()
+
+
+def test_annotations_on_the_workload_metadata_work_as_written(
+    workspace: GenerateWorkspace,
+) -> None:
+    prepared(workspace)
+    app = workspace.resources / "app.yml"
+    app.write_text(_move_annotations_to_the_deployment(app.read_text()))
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    web, backend = workspace.documents("app.yml")
+    for deployment in (web, backend):
+        init = deployment["spec"]["template"]["spec"]["initContainers"]
+        assert [c["name"] for c in init] == ["contrast-initializer", "contrast-service-mesh"]
+    sidecar_env = {
+        e["name"]: e["value"] for e in web["spec"]["template"]["spec"]["initContainers"][1]["env"]
+    }
+    assert sidecar_env["CONTRAST_INGRESS_PROXY_CONFIG"] == "main#8001#false##metrics#8080#true"
+    secret_ids = {
+        p["SANs"][0]: p.get("WorkloadSecretID") for p in workspace.manifest()["Policies"].values()
+    }
+    assert secret_ids["backend"] == "shop/backend"
+    assert secret_ids["web"] == "apps/v1/Deployment/default/web"
+
+
+def test_one_annotation_with_two_values_changes_nothing(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    app = workspace.resources / "app.yml"
+    app.write_text(
+        app.read_text().replace(
+            "metadata:\n  name: web\n",
+            "metadata:\n  name: web\n  annotations:\n"
+            '    contrast.edgeless.systems/servicemesh-ingress: "main#8443#false"\n',
+        )
+    )
+    before = workspace.snapshot()
+    capsys.readouterr()
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "'main#8443#false' in metadata.annotations" in err
+    assert "spec.template.metadata.annotations" in err
+    assert workspace.snapshot() == before

@@ -70,6 +70,16 @@ def test_our_injected_containers_and_the_coordinator_pass() -> None:
         ),
         ([container()], {"initContainers": [container("s", None, restartPolicy="Always")]}, {},
          100, 512),
+        # Kubernetes' PodLimits (KEP-753): an init container runs beside the native sidecars
+        # started before it, so 200 Mi of sidecar + 300 Mi of init container = 500 Mi.
+        (
+            [container()],
+            {"initContainers": [container("s", "200Mi", restartPolicy="Always"),
+                                container("i", "300Mi")]},
+            {},
+            500,
+            512,
+        ),
         ([container(), container("b", "1Gi")], {}, {}, 1124, 512),
         ([container()], {"resources": {"limits": {"memory": "2Gi"}}}, {}, 2048, 512),
         ([container()], {}, {"io.katacontainers.config.hypervisor.default_memory": "8192"}, 100,
@@ -280,3 +290,53 @@ def test_kustomize_example_warnings() -> None:
         " new image no longer matches the policy and the pod is refused"
     ]
     assert checks.check(cronjob, SNP) == []
+
+
+def init_pod(*init: dict[str, Any], app: str = "256Mi", **spec: Any) -> Workload:
+    return pod(container("app", app), initContainers=list(init), **spec)
+
+
+def test_large_init_container_memory_is_a_warning() -> None:
+    # Seed 002: the VM is sized from the largest init container and the sum of the app's
+    # containers, and a confidential VM keeps that memory after the init container exits.
+    workload = init_pod(container("migrate", "1Gi"), container("small", "64Mi"))
+    (warning,) = checks.check_init_memory(workload, SNP)
+    assert warning.message == (
+        "init container 'migrate' needs 1024 MiB, more than the 256 MiB the running containers"
+        " are limited to; the VM is sized for it (1024 MiB + 512 MiB default) and keeps that"
+        " memory after it exits"
+    )
+    assert "768 MiB" in warning.hint
+    assert warning in checks.check(workload, SNP)
+
+
+def test_init_container_memory_counts_the_sidecars_before_it() -> None:
+    sidecar = container("proxy", "128Mi", restartPolicy="Always")
+    # 200 + 128 (sidecar running beside it) > 256 + 128 is false: no warning …
+    assert checks.check_init_memory(init_pod(sidecar, container("init", "200Mi")), SNP) == []
+    # … but the sidecar declared before it adds to what it needs.
+    workload = init_pod(sidecar, container("init", "300Mi"))
+    (warning,) = checks.check_init_memory(workload, SNP)
+    assert "needs 428 MiB, more than the 384 MiB" in warning.message
+
+
+@pytest.mark.parametrize(
+    "workload",
+    [
+        init_pod(container("init", "256Mi")),  # as large as the app: sizes nothing
+        init_pod(container("init", None)),  # no limit: the missing-limit warning says it
+        init_pod(container("init", "1Gi"), app=None),  # the app has no limit: likewise
+        # A pod-level limit sizes the VM on purpose.
+        init_pod(container("init", "1Gi"), resources={"limits": {"memory": "2Gi"}}),
+    ],
+    ids=["equal", "init without limit", "app without limit", "pod-level limit"],
+)
+def test_init_container_memory_without_warning(workload: Workload) -> None:
+    assert checks.check_init_memory(workload, SNP) == []
+
+
+def test_our_initializer_never_gets_the_init_memory_warning() -> None:
+    # The Initializer's 50 Mi is fixed by Contrast; a tiny app is not the user's mistake here.
+    workload = pod(container("app", "32Mi"))
+    inject.inject(workload, coordinator_namespace="default")
+    assert checks.check_init_memory(workload, SNP) == []

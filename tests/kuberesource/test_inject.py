@@ -22,7 +22,7 @@ from contrast.kuberesource.inject import (
     coordinator_namespace,
 )
 from contrast.kuberesource.release import INITIALIZER_IMAGE, SERVICE_MESH_IMAGE
-from contrast.kuberesource.workloads import Workload
+from contrast.kuberesource.workloads import ResourceError, Workload
 from contrast.servicemesh.sidecar import SidecarConfig
 
 from .builders import KINDS, pod_spec, resource, validate
@@ -337,3 +337,50 @@ def test_injection_is_idempotent_and_valid(
     expected = [INITIALIZER_NAME] * wants_initializer + [SERVICE_MESH_NAME] * mesh
     assert injected[: len(expected)] == expected
     assert injected[len(expected) :] == [f"init-{i}" for i in range(init_containers)]
+
+
+WORKLOAD_KINDS = [kind for kind in KINDS if kind != "Pod"]
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
+def test_mesh_annotations_on_the_workload_metadata_give_the_sidecar(kind: str) -> None:
+    # Where the workload deployment guide puts them: the Deployment's (…) own metadata.
+    document = resource(kind, pod_spec(runtimeClassName="contrast-cc"))
+    admin = {"contrast.edgeless.systems/servicemesh-admin-interface-port": "9901"}
+    document["metadata"]["annotations"] = {**MESH, **admin}
+    workload = Workload(document, "app.yml")
+    assert inject.inject(workload, coordinator_namespace="default")
+    validate(document)
+    initializer, sidecar = workload.init_containers()
+    assert sidecar["name"] == SERVICE_MESH_NAME
+    assert env(sidecar) == {
+        "CONTRAST_INGRESS_PROXY_CONFIG": INGRESS,
+        "CONTRAST_EGRESS_PROXY_CONFIG": EGRESS,
+        "CONTRAST_ADMIN_PORT": "9901",
+    }
+    assert "CONTRAST_SERVICE_MESH_DISABLED" not in env(initializer)
+    assert not inject.inject(workload, coordinator_namespace="default")
+
+
+@pytest.mark.parametrize("kind", WORKLOAD_KINDS)
+def test_skip_initializer_on_the_workload_metadata(kind: str) -> None:
+    document = resource(kind, pod_spec(runtimeClassName="contrast-cc"))
+    document["metadata"]["annotations"] = {"contrast.edgeless.systems/skip-initializer": "true"}
+    workload = Workload(document, "app.yml")
+    assert not inject.inject(workload, coordinator_namespace="default")
+    assert workload.init_containers() == []
+
+
+def test_mesh_annotation_in_both_places_with_different_values_is_refused() -> None:
+    document = resource("Deployment", annotations=MESH)
+    document["metadata"]["annotations"] = {
+        "contrast.edgeless.systems/servicemesh-ingress": "web#443#false"
+    }
+    before = copy.deepcopy(document)
+    with pytest.raises(ResourceError) as raised:
+        inject.inject(Workload(document, "app.yml"), coordinator_namespace="default")
+    message = raised.value.explain()
+    assert "\n" not in message
+    assert "metadata.annotations" in message
+    assert "spec.template.metadata.annotations" in message
+    assert document == before

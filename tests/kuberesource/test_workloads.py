@@ -65,3 +65,62 @@ def test_containers_that_are_not_a_list_are_an_error() -> None:
     workload = Workload(resource("Pod", {"containers": {"name": "app"}}))
     with pytest.raises(ResourceError, match="not a list of containers"):
         workload.containers()
+
+
+ROLE = "contrast.edgeless.systems/pod-role"
+SECRET_ID = "contrast.edgeless.systems/workload-secret-id"
+TEMPLATE_ANNOTATIONS = {
+    "Deployment": "spec.template.metadata.annotations",
+    "CronJob": "spec.jobTemplate.spec.template.metadata.annotations",
+}
+
+
+def _on_the_workload(document: dict[str, object], annotations: dict[str, str]) -> None:
+    metadata = document["metadata"]
+    assert isinstance(metadata, dict)
+    metadata.setdefault("annotations", {}).update(annotations)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("place", ["workload metadata", "pod template metadata"])
+def test_contrast_annotations_count_in_either_place(kind: str, place: str) -> None:
+    # The original reads them from the workload's own metadata, its guide shows the pod
+    # template's: a seed written either way must work.
+    annotations = {ROLE: "coordinator", SECRET_ID: "shop/ledger"}
+    if place == "workload metadata":
+        document = resource(kind)
+        _on_the_workload(document, annotations)
+    else:
+        document = resource(kind, annotations=annotations)
+    validate(document)
+    before = copy.deepcopy(document)
+    workload = Workload(document, "f.yml")
+    assert workload.is_coordinator
+    assert workload.workload_secret_id == "shop/ledger"
+    assert workload.annotation(SECRET_ID) == "shop/ledger"
+    assert workload.annotation("contrast.edgeless.systems/skip-initializer") is None
+    assert document == before
+
+
+@pytest.mark.parametrize("kind", sorted(TEMPLATE_ANNOTATIONS))
+def test_one_annotation_with_two_values_is_refused_naming_both_places(kind: str) -> None:
+    document = resource(kind, annotations={SECRET_ID: "from-template"})
+    _on_the_workload(document, {SECRET_ID: "from-workload"})
+    workload = Workload(document, "f.yml")
+    with pytest.raises(ResourceError) as raised:
+        _ = workload.workload_secret_id
+    message = raised.value.explain()
+    assert "\n" not in message
+    assert message.startswith(f"f.yml: {kind}/app: ")
+    assert SECRET_ID in message
+    assert "'from-workload' in metadata.annotations" in message
+    assert f"'from-template' in {TEMPLATE_ANNOTATIONS[kind]}" in message
+
+    # The same value in both places is no conflict.
+    _on_the_workload(document, {SECRET_ID: "from-template"})
+    assert workload.workload_secret_id == "from-template"
+
+
+def test_default_secret_id_without_the_annotation() -> None:
+    workload = Workload(resource("Deployment", namespace="shop", name="web"))
+    assert workload.workload_secret_id == "apps/v1/Deployment/shop/web"

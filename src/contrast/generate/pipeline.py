@@ -34,7 +34,6 @@ from contrast.policy import settings as policy_settings
 from contrast.policy.generate import PolicyGenerator, default_rules
 from contrast.policy.initdata import ANNOTATION
 
-WORKLOAD_SECRET_ID_ANNOTATION = "contrast.edgeless.systems/workload-secret-id"  # noqa: S105
 CONFIG_KINDS = {"ConfigMap", "Secret"}
 
 
@@ -107,8 +106,7 @@ def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
     return WorkloadIdentity(
         policy_hash=policy_hash,
         name=workload.name or workload.generate_name,
-        workload_secret_id=workload.pod_annotation(WORKLOAD_SECRET_ID_ANNOTATION)
-        or workload.workload_secret_id,
+        workload_secret_id=workload.workload_secret_id,
         role=workload.role,
         source=workload.describe(),
     )

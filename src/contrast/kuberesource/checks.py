@@ -9,12 +9,13 @@ is the caller's business.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from contrast.images.model import ImageFacts
+from contrast.kuberesource.inject import INITIALIZER_NAME, SERVICE_MESH_NAME
 from contrast.kuberesource.pinning import is_pinned
 from contrast.kuberesource.quantity import MIB, mebibytes, parse_quantity
 from contrast.kuberesource.release import IMAGE_REPOSITORY
@@ -26,6 +27,7 @@ CDI_ANNOTATION_PREFIX = "cdi.k8s.io/"
 DEFAULT_MEMORY_ANNOTATION = "io.katacontainers.config.hypervisor.default_memory"
 VISIBLE_DEVICES_ENV = "NVIDIA_VISIBLE_DEVICES"
 GPU_DEFAULT_MEMORY_HINT_MIB = 8192
+CONTRAST_CONTAINERS = frozenset({INITIALIZER_NAME, SERVICE_MESH_NAME})
 
 
 @dataclass(frozen=True)
@@ -45,7 +47,8 @@ class PodMemory:
     """The memory a pod's VM gets, in MiB.
 
     `limits_mib` is the pod's memory limit as the runtime sees it: max(Σ regular containers +
-    native sidecars, largest init container), or the pod-level limit; `default_mib` is Kata's
+    native sidecars, largest init container + the sidecars declared before it), or the
+    pod-level limit; `default_mib` is Kata's
     `default_memory` (the platform's, or the pod's annotation); the VM gets their sum.
     """
 
@@ -91,33 +94,47 @@ def _pod_spec(workload: Workload) -> Mapping[str, Any]:
     return spec if isinstance(spec, Mapping) else {}
 
 
+def _running_containers(workload: Workload) -> list[MutableMapping[str, Any]]:
+    """What runs for the pod's life: the regular containers and the native sidecars."""
+    return [*workload.containers(), *filter(_is_sidecar, workload.init_containers())]
+
+
+def _running_memory(workload: Workload, where: str) -> Decimal:
+    running = _running_containers(workload)
+    return sum((_memory(c, "limits", where) or Decimal(0) for c in running), Decimal(0))
+
+
+def _init_memory(workload: Workload, where: str) -> list[tuple[Mapping[str, Any], Decimal]]:
+    """Each init container with what the pod needs while it runs.
+
+    That is its own limit plus the native sidecars declared before it, which already run
+    (Kubernetes' `PodLimits`, KEP-753); init containers without a limit are left out.
+    """
+    sidecars = Decimal(0)
+    uses: list[tuple[Mapping[str, Any], Decimal]] = []
+    for container in workload.init_containers():
+        limit = _memory(container, "limits", where)
+        if _is_sidecar(container):
+            sidecars += limit or Decimal(0)
+        elif limit is not None:
+            uses.append((container, limit + sidecars))
+    return uses
+
+
+def _pod_limit(workload: Workload, where: str) -> Decimal | None:
+    pod_limit = _resources(_pod_spec(workload), "limits").get("memory")
+    if pod_limit is None:
+        return None
+    return parse_quantity(pod_limit, f"{where}: spec.resources.limits.memory")
+
+
 def pod_memory(workload: Workload, platform: Platform) -> PodMemory:
     """The VM memory rule of §6.3, from the limits as written."""
     where = workload.describe()
-    pod_limit = _resources(_pod_spec(workload), "limits").get("memory")
-    if pod_limit is not None:
-        limits = parse_quantity(pod_limit, f"{where}: spec.resources.limits.memory")
-    else:
-        running = sum(
-            (_memory(c, "limits", where) or Decimal(0) for c in workload.containers()), Decimal(0)
-        )
-        running += sum(
-            (
-                _memory(c, "limits", where) or Decimal(0)
-                for c in workload.init_containers()
-                if _is_sidecar(c)
-            ),
-            Decimal(0),
-        )
-        largest_init = max(
-            (
-                _memory(c, "limits", where) or Decimal(0)
-                for c in workload.init_containers()
-                if not _is_sidecar(c)
-            ),
-            default=Decimal(0),
-        )
-        limits = max(running, largest_init)
+    limits = _pod_limit(workload, where)
+    if limits is None:
+        largest_init = max((use for _, use in _init_memory(workload, where)), default=Decimal(0))
+        limits = max(_running_memory(workload, where), largest_init)
     default = platform.default_memory_mib
     annotated = str(_pod_annotations(workload).get(DEFAULT_MEMORY_ANNOTATION) or "").strip()
     if annotated.isdigit():
@@ -164,6 +181,40 @@ def check_memory(workload: Workload, platform: Platform) -> list[CheckWarning]:
                 where,
                 f"annotation {DEFAULT_MEMORY_ANNOTATION}={annotated!r} is not a number of MiB",
                 'write the VM\'s default memory in MiB, e.g. "8192"',
+            )
+        )
+    return warnings
+
+
+def check_init_memory(workload: Workload, platform: Platform) -> list[CheckWarning]:
+    """An init container that needs more memory than the running containers sizes the VM.
+
+    Kata boots the VM with the pod's limit, the larger of the running containers' sum and each
+    init container's need, and a confidential VM cannot give memory back: whatever an init
+    container needs beyond the running containers is held, unused, for the pod's life. Pods
+    with a pod-level limit chose their size, pods with an unlimited running container get the
+    missing-limit warning instead, and Contrast's own containers are sized by Contrast.
+    """
+    where = workload.describe()
+    if _pod_limit(workload, where) is not None:
+        return []
+    if any(_memory(c, "limits", where) is None for c in _running_containers(workload)):
+        return []
+    running = _running_memory(workload, where)
+    default = pod_memory(workload, platform).default_mib
+    warnings = []
+    for container, use in _init_memory(workload, where):
+        if use <= running or _name(container) in CONTRAST_CONTAINERS:
+            continue
+        warnings.append(
+            CheckWarning(
+                where,
+                f"init container {_name(container)!r} needs {_mib(use)} MiB, more than the"
+                f" {_mib(running)} MiB the running containers are limited to; the VM is sized"
+                f" for it ({_mib(use)} MiB + {default} MiB default) and keeps that memory after"
+                " it exits",
+                f"lower its memory limit (and request) to what it needs, at most {_mib(running)}"
+                f" MiB; otherwise the pod holds {_mib(use - running)} MiB it does not use",
             )
         )
     return warnings
@@ -334,6 +385,7 @@ def check(
 ) -> list[CheckWarning]:
     """All checks for one confidential pod, in a stable order."""
     warnings = check_memory(workload, platform)
+    warnings += check_init_memory(workload, platform)
     warnings += check_cpu_limits(workload)
     if images is not None:
         warnings += check_image_sizes(workload, platform, images)

@@ -19,16 +19,15 @@ from typing import Any
 
 from contrast.initializer.files import TLS_DIR
 from contrast.kuberesource.release import INITIALIZER_IMAGE, SERVICE_MESH_IMAGE
-from contrast.kuberesource.workloads import ResourceError, Workload
+from contrast.kuberesource.workloads import CONTRAST_ANNOTATION_PREFIX, ResourceError, Workload
 from contrast.servicemesh import envoy
 from contrast.servicemesh.annotations import ServiceMeshError, parse_egress, parse_ingress
 from contrast.servicemesh.sidecar import ADMIN_PORT_ENV, EGRESS_ENV, INGRESS_ENV
 
-ANNOTATION_PREFIX = "contrast.edgeless.systems/"
-SKIP_INITIALIZER_ANNOTATION = f"{ANNOTATION_PREFIX}skip-initializer"
-INGRESS_ANNOTATION = f"{ANNOTATION_PREFIX}servicemesh-ingress"
-EGRESS_ANNOTATION = f"{ANNOTATION_PREFIX}servicemesh-egress"
-ADMIN_PORT_ANNOTATION = f"{ANNOTATION_PREFIX}servicemesh-admin-interface-port"
+SKIP_INITIALIZER_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}skip-initializer"
+INGRESS_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}servicemesh-ingress"
+EGRESS_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}servicemesh-egress"
+ADMIN_PORT_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}servicemesh-admin-interface-port"
 SERVICE_MESH_ANNOTATIONS = (INGRESS_ANNOTATION, EGRESS_ANNOTATION, ADMIN_PORT_ANNOTATION)
 
 INITIALIZER_NAME = "contrast-initializer"
@@ -96,7 +95,7 @@ def initializer_container(namespace: str, *, service_mesh: bool) -> dict[str, An
 
 @dataclass(frozen=True)
 class ServiceMeshConfig:
-    """The pod's `servicemesh-*` annotations, validated; None fields were not annotated."""
+    """The workload's `servicemesh-*` annotations, validated; None fields were not annotated."""
 
     ingress: str | None
     egress: str | None
@@ -105,7 +104,7 @@ class ServiceMeshConfig:
     @classmethod
     def from_workload(cls, workload: Workload) -> ServiceMeshConfig | None:
         """The config, or None when none of the three annotations is present."""
-        values = {name: workload.pod_annotation(name) for name in SERVICE_MESH_ANNOTATIONS}
+        values = {name: workload.annotation(name) for name in SERVICE_MESH_ANNOTATIONS}
         if all(value is None for value in values.values()):
             return None
         where = workload.describe()
@@ -310,7 +309,7 @@ def _has_volume(spec: Mapping[str, Any]) -> bool:
 
 def wants_initializer(workload: Workload, *, skip_initializer: bool = False) -> bool:
     """Not for the Coordinator, `--skip-initializer` or `skip-initializer: "true"`."""
-    skip = (workload.pod_annotation(SKIP_INITIALIZER_ANNOTATION) or "").strip().lower()
+    skip = (workload.annotation(SKIP_INITIALIZER_ANNOTATION) or "").strip().lower()
     return not (skip_initializer or workload.is_coordinator or skip == "true")
 
 

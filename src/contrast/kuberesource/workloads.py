@@ -27,7 +27,9 @@ POD_TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
 }
 
 
-ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
+CONTRAST_ANNOTATION_PREFIX = "contrast.edgeless.systems/"
+ROLE_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}pod-role"
+WORKLOAD_SECRET_ID_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}workload-secret-id"
 COORDINATOR_ROLE = "coordinator"
 
 
@@ -106,28 +108,49 @@ class Workload:
         return str(self.pod_spec.get("runtimeClassName") or "")
 
     @property
-    def workload_secret_id(self) -> str:
-        """The default `WorkloadSecretID`: `<group|core>/<version>/<Kind>/<namespace>/<name>`."""
+    def default_workload_secret_id(self) -> str:
+        """`<group|core>/<version>/<Kind>/<namespace>/<name>`, as the original derives it."""
         group, _, version = self.api_version.rpartition("/")
         namespace = self.namespace or "default"
         return f"{group or 'core'}/{version}/{self.kind}/{namespace}/{self.name}"
+
+    @property
+    def workload_secret_id(self) -> str:
+        """The `workload-secret-id` annotation, or the default derived from the name."""
+        return self.annotation(WORKLOAD_SECRET_ID_ANNOTATION) or self.default_workload_secret_id
 
     def pod_annotation(self, name: str) -> str | None:
         """One pod annotation, or None; unlike `pod_annotations` it never adds an empty mapping.
 
         Reading must not change the document, or an untouched file would be rewritten.
         """
-        metadata = self.pod_template.get("metadata")
-        annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
-        if not isinstance(annotations, Mapping) or name not in annotations:
-            return None
-        value = annotations[name]
-        return "" if value is None else str(value)
+        return _annotation(self.pod_template, name)
+
+    def annotation(self, name: str) -> str | None:
+        """A Contrast annotation (`contrast.edgeless.systems/…`), or None when absent.
+
+        The original reads these from the workload's own metadata (its mutators get the
+        Deployment's `ObjectMeta`), while its guides also show them on the pod template; users
+        follow either, so both places count. One annotation with two different values is
+        refused rather than resolved by a precedence rule nobody would guess.
+        """
+        on_template = self.pod_annotation(name)
+        if self.kind == "Pod":
+            return on_template
+        on_workload = _annotation(self.resource, name)
+        if on_workload is not None and on_template is not None and on_workload != on_template:
+            template_path = ".".join((*POD_TEMPLATE_PATHS[self.kind], "metadata", "annotations"))
+            raise ResourceError(
+                f"{self.describe()}: annotation {name} is {on_workload!r} in"
+                f" metadata.annotations but {on_template!r} in {template_path}",
+                hint="keep it in one place, or give both the same value",
+            )
+        return on_template if on_template is not None else on_workload
 
     @property
     def role(self) -> str:
         """The `contrast.edgeless.systems/pod-role` annotation ("" when absent)."""
-        return self.pod_annotation(ROLE_ANNOTATION) or ""
+        return self.annotation(ROLE_ANNOTATION) or ""
 
     @property
     def is_coordinator(self) -> bool:
@@ -148,6 +171,16 @@ class Workload:
     def describe(self) -> str:
         name = f"{self.kind}/{self.name or self.generate_name}"
         return f"{self.source}: {name}" if self.source else name
+
+
+def _annotation(resource: Mapping[str, Any], name: str) -> str | None:
+    """`metadata.annotations[name]` of a resource or pod template, read without adding to it."""
+    metadata = resource.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    if not isinstance(annotations, Mapping) or name not in annotations:
+        return None
+    value = annotations[name]
+    return "" if value is None else str(value)
 
 
 def _containers(
