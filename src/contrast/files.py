@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+
+TEMPORARY_SUFFIX = ".tmp"
+# `.<name>.<8 random characters of mkstemp>[.tmp]`: the suffix-less form is what versions before
+# the suffix left behind.
+_TEMPORARY = re.compile(r"\..+\.[a-z0-9_]{8}(?:\.tmp)?")
 
 
 def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
@@ -17,7 +23,9 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     others, not even for a moment.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    descriptor, temporary = tempfile.mkstemp(
+        dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX
+    )
     try:
         os.fchmod(descriptor, mode)
         with os.fdopen(descriptor, "wb") as file:
@@ -33,6 +41,25 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         os.fsync(directory)
     finally:
         os.close(directory)
+
+
+def remove_orphaned_temporaries(directory: Path) -> list[Path]:
+    """Delete the temporary files of `write_atomically` that a killed writer left in `directory`.
+
+    A kill -9 between creating the temporary file and renaming it leaves the file forever; the
+    state it was meant to replace is intact. Only call this while no other process writes into
+    `directory` (the history store holds its lock exclusively). Not recursive.
+    """
+    removed = []
+    try:
+        candidates = list(directory.iterdir())
+    except FileNotFoundError:
+        return []
+    for path in candidates:
+        if _TEMPORARY.fullmatch(path.name) and path.is_file() and not path.is_symlink():
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def write_private_key(path: Path, key: PrivateKeyTypes) -> None:

@@ -16,7 +16,7 @@ from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.coordinator.core import Coordinator
 from contrast.history.history import History
 from contrast.history.store import FileSystemStore
-from contrast.manifest.ownership import owner_key_digest
+from contrast.manifest.ownership import owner_key_digest, sign_update
 from contrast.manifest.verifier import emulated_snp_reference_values, workload_verifier
 from contrast.policy.initdata import Initdata
 from contrast.seed.shares import public_key_hex
@@ -65,6 +65,19 @@ class Deployment:
 
     def coordinator(self) -> Coordinator:
         return Coordinator(History(FileSystemStore(self.state_dir)), verifier_for=workload_verifier)
+
+    def update(self, coordinator: Coordinator, names: tuple[str, ...]) -> bytes:
+        """Set the manifest of `names` as an update signed by the owner; the manifest set."""
+        manifest = self.manifest(names)
+        current = coordinator.get_manifests().latest.transition_hash
+        coordinator.set_manifest(
+            manifest,
+            self.documents(names),
+            previous_transition_hash=current,
+            owner_public_key=public_key_der(self.owner.public_key()),
+            signature=sign_update(self.owner, manifest, current),
+        )
+        return manifest
 
 
 @pytest.fixture(scope="session")

@@ -11,11 +11,9 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from contrast.atls.reportdata import public_key_der
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.coordinator.core import Mode
 from contrast.files import write_atomically
-from contrast.manifest.ownership import sign_update
 from contrast.seed.shares import SeedShareDocument
 from tests.coordinator.conftest import Deployment, policy
 
@@ -43,15 +41,7 @@ def main(state_dir: Path, tee_dir: Path, keys: Path) -> None:
     while True:
         round_number += 1
         names = ("coordinator", "web") if round_number % 2 else ("coordinator", "web", "client")
-        manifest = deployment.manifest(names)
-        current = coordinator.get_manifests().latest.transition_hash
-        coordinator.set_manifest(
-            manifest,
-            deployment.documents(names),
-            previous_transition_hash=current,
-            owner_public_key=public_key_der(owner.public_key()),
-            signature=sign_update(owner, manifest, current),
-        )
+        deployment.update(coordinator, names)
         print(round_number, flush=True)
 
 

@@ -15,7 +15,13 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from contrast.atls.reportdata import public_key_der, report_data
 from contrast.attestation.evidence import Evidence
 from contrast.coordinator.core import Coordinator, Mode
-from contrast.coordinator.errors import Conflict, InvalidRequest, NotReady, PermissionDenied
+from contrast.coordinator.errors import (
+    Conflict,
+    InvalidRequest,
+    NotReady,
+    PermissionDenied,
+    StoredStateDamaged,
+)
 from contrast.manifest.ownership import sign_update
 from contrast.seed.engine import SeedEngine
 from tests.coordinator.conftest import Deployment, policy_hash
@@ -211,7 +217,7 @@ def test_flipped_byte_in_the_stored_history_is_detected(deployment: Deployment) 
     data[len(data) // 2] ^= 0x01
     stored.write_bytes(bytes(data))
     restarted = deployment.coordinator()
-    with pytest.raises(PermissionDenied, match="does not hash to its name"):
+    with pytest.raises(StoredStateDamaged, match=f"manifests/{stored.name} does not hash to its"):
         restarted.recover(seed, salt)
     assert restarted.mode is Mode.RECOVERY
 

@@ -62,6 +62,8 @@ def test_kill_9_during_set_manifest_leaves_a_recoverable_state(
         deployment = Deployment(emulated_tee, owner, seedshare_key, {}, state)
         coordinator = deployment.coordinator()
         assert coordinator.mode is Mode.RECOVERY
+        leftovers = [path for path in state.rglob(".*") if path.name != ".lock"]
+        assert leftovers == [], "the killed writer's temporary files were not removed"
         document = SeedShareDocument.from_json((keys / "seed-shares.json").read_bytes())
         coordinator.recover(document.decrypt(seedshare_key), document.salt)
         history = coordinator.get_manifests()

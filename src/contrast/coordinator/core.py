@@ -24,14 +24,15 @@ from contrast.attestation.evidence import Evidence
 from contrast.ca.authority import CertificateAuthority
 from contrast.coordinator.errors import (
     Conflict,
-    CoordinatorError,
     InvalidRequest,
     NotReady,
     PermissionDenied,
+    StateUnavailable,
+    StoredStateDamaged,
 )
 from contrast.coordinator.metrics import CoordinatorMetrics
 from contrast.coordinator.nonces import NonceRegistry
-from contrast.history.errors import BadSignature, ConcurrentUpdate, HistoryError
+from contrast.history.errors import BadSignature, ConcurrentUpdate, DamagedEntry, HistoryError
 from contrast.history.history import ZERO_HASH, History, LatestTransition, Transition, digest
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest
@@ -88,6 +89,23 @@ class MeshCertificate:
     cert_chain: bytes
     root_ca: bytes
     workload_secret: bytes | None
+
+
+@dataclass(frozen=True)
+class _StoredHistory:
+    chain: list[bytes]  # transition hashes, newest first
+    manifest: Manifest  # the active (newest) one
+    manifest_bytes: bytes
+
+
+def stored_state_error(error: HistoryError) -> StoredStateDamaged | StateUnavailable:
+    """A history failure as the Coordinator reports it: damaged data, or a store it cannot use."""
+    if isinstance(error, DamagedEntry):
+        return StoredStateDamaged(
+            f"the stored history is damaged: {error.explain()}",
+            hint="the Coordinator's state was altered or lost; restore its volume from a backup",
+        )
+    return StateUnavailable(f"the stored history cannot be used: {error.explain()}")
 
 
 class Coordinator:
@@ -176,16 +194,18 @@ class Coordinator:
                 seed, shares = state.seed, None
                 expected_latest = state.latest
                 previous, generation = state.latest.transition_hash, state.generation + 1
-            for hash_hex in manifest.policies:
-                self._history.put_policy(documents[hash_hex])
-            manifest_hash = self._history.put_manifest(manifest_bytes)
-            transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
             try:
+                for hash_hex in manifest.policies:
+                    self._history.put_policy(documents[hash_hex])
+                manifest_hash = self._history.put_manifest(manifest_bytes)
+                transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
                 latest = self._history.set_latest(
                     expected_latest, transition_hash, seed.transaction_signing_key
                 )
             except ConcurrentUpdate as error:
                 raise Conflict(error.explain()) from None
+            except HistoryError as error:
+                raise stored_state_error(error) from None
             self._state = self._activate(
                 seed,
                 manifest,
@@ -258,7 +278,7 @@ class Coordinator:
                 for hash_hex in state.manifest.policies
             ]
         except HistoryError as error:
-            raise CoordinatorError(f"the stored history is unreadable: {error}") from None
+            raise stored_state_error(error) from None
         return ManifestHistory(
             manifests,
             policies,
@@ -279,28 +299,17 @@ class Coordinator:
                 raise InvalidRequest(error.explain()) from None
             try:
                 latest = self._history.get_latest(engine.transaction_signing_key.public_key())
+                stored = self._check_stored_history(latest)
             except BadSignature:
                 raise PermissionDenied(
                     "the seed does not belong to this Coordinator's history",
                     hint="use the seed share of this deployment",
                 ) from None
-            try:
-                chain = list(self._history.walk(latest.transition_hash))
-                manifest_bytes = self._history.get_manifest(chain[0][1].manifest_hash)
-                for _, transition in chain[1:]:
-                    self._history.get_manifest(transition.manifest_hash)
-                manifest = Manifest.from_bytes(manifest_bytes)
-                verifier = self._verifier_for(manifest)
-            except (HistoryError, ManifestError) as error:
-                raise PermissionDenied(
-                    f"the stored history does not check out: {error.explain()}",
-                    hint="the Coordinator's state was tampered with",
-                ) from None
+            except HistoryError as error:
+                raise stored_state_error(error) from None
             # The head the seed share owner last saw must be in the stored chain: a newer head
             # is a legitimate update, a missing one means the store was rolled back or replaced.
-            if expected_transition_hash and expected_transition_hash not in {
-                transition_hash for transition_hash, _ in chain
-            }:
+            if expected_transition_hash and expected_transition_hash not in stored.chain:
                 raise PermissionDenied(
                     "the stored history does not contain the transition you last verified:"
                     " the Coordinator's state was rolled back or replaced",
@@ -308,13 +317,44 @@ class Coordinator:
                 )
             self._state = self._activate(
                 engine,
-                manifest,
-                manifest_bytes,
+                stored.manifest,
+                stored.manifest_bytes,
                 latest=latest,
-                generation=len(chain),
-                verifier=verifier,
+                generation=len(stored.chain),
+                verifier=self._verifier_for(stored.manifest),
             )
             self._recovering = False
+
+    def _check_stored_history(self, latest: LatestTransition) -> _StoredHistory:
+        """Read back everything the signed head reaches, so recovery ends with a servable state.
+
+        Every transition, manifest and policy document of the chain must be present and hash to
+        its name (the history checks that on each read), and every manifest must be valid: a
+        Coordinator that left recovery mode with a gap would issue certificates and then fail
+        every GetManifests.
+        """
+        chain = list(self._history.walk(latest.transition_hash))
+        manifests: list[tuple[bytes, Manifest]] = []
+        for _, transition in chain:
+            data = self._history.get_manifest(transition.manifest_hash)
+            try:
+                manifests.append((data, Manifest.from_bytes(data)))
+            except ManifestError as error:
+                raise DamagedEntry(
+                    f"the stored manifest {transition.manifest_hash.hex()} is not valid:"
+                    f" {error.explain()}"
+                ) from None
+        checked: set[str] = set()
+        for _, manifest in manifests:
+            for hash_hex in manifest.policies.keys() - checked:
+                self._history.get_policy(bytes.fromhex(hash_hex))
+                checked.add(hash_hex)
+        manifest_bytes, manifest = manifests[0]
+        return _StoredHistory(
+            chain=[transition_hash for transition_hash, _ in chain],
+            manifest=manifest,
+            manifest_bytes=manifest_bytes,
+        )
 
     # MeshAPI ---------------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ class Status(StrEnum):
     PERMISSION_DENIED = "PERMISSION_DENIED"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     ABORTED = "ABORTED"
+    DATA_LOSS = "DATA_LOSS"
+    UNAVAILABLE = "UNAVAILABLE"
     INTERNAL = "INTERNAL"
 
 
@@ -43,3 +45,19 @@ class Conflict(CoordinatorError):
     """Another update won the race; the caller may retry after looking at the new state."""
 
     status = Status.ABORTED
+
+
+class StoredStateDamaged(CoordinatorError):
+    """The Coordinator's stored history is damaged or incomplete (truncated, missing, altered).
+
+    Not the caller's fault and not fixed by retrying: the state volume needs an operator. The
+    message names the entry that failed its check.
+    """
+
+    status = Status.DATA_LOSS
+
+
+class StateUnavailable(CoordinatorError):
+    """The history's store cannot be read or written (I/O error, unreachable API): retry later."""
+
+    status = Status.UNAVAILABLE

@@ -9,7 +9,11 @@ class HistoryError(ContrastError):
     """The stored history cannot be read or changed as asked."""
 
 
-class HashMismatch(HistoryError):
+class DamagedEntry(HistoryError):
+    """An entry the history needs is missing, truncated or altered: the store lost or changed it."""
+
+
+class HashMismatch(DamagedEntry):
     """A content-addressed entry whose bytes do not hash to its name: the store was altered."""
 
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.hazmat.primitives.asymmetric.utils import Prehashed
+from cryptography.hazmat.primitives.asymmetric.utils import Prehashed, decode_dss_signature
 
-from contrast.history.errors import BadSignature, HashMismatch, HistoryError
+from contrast.history.errors import BadSignature, DamagedEntry, HashMismatch, HistoryError
 from contrast.history.store import Store
 
 HASH_SIZE = 32
@@ -51,7 +51,7 @@ class Transition:
     @classmethod
     def from_bytes(cls, data: bytes) -> Transition:
         if len(data) != 2 * HASH_SIZE:
-            raise HistoryError(f"a transition is {2 * HASH_SIZE} bytes, found {len(data)}")
+            raise DamagedEntry(f"a transition is {2 * HASH_SIZE} bytes, found {len(data)}")
         return cls(data[:HASH_SIZE], data[HASH_SIZE:])
 
     @property
@@ -71,8 +71,15 @@ class LatestTransition:
 
     @classmethod
     def from_bytes(cls, data: bytes) -> LatestTransition:
+        """Split a stored head; a head too short or without a DER signature is damaged."""
         if len(data) <= HASH_SIZE:
-            raise HistoryError("the history head is truncated")
+            raise DamagedEntry(f"the history head is truncated ({len(data)} bytes)")
+        try:
+            decode_dss_signature(data[HASH_SIZE:])
+        except ValueError:
+            raise DamagedEntry(
+                "the history head's signature is not a DER ECDSA signature (truncated or altered)"
+            ) from None
         return cls(data[:HASH_SIZE], data[HASH_SIZE:])
 
     @classmethod
@@ -107,9 +114,14 @@ class History:
         key = f"{kind}/{name.hex()}"
         data = self.store.get(key)
         if data is None:
-            raise HistoryError(f"the history has no entry {key}", hint="the store is incomplete")
+            raise DamagedEntry(
+                f"the history has no entry {self.store.describe(key)}",
+                hint="the store is incomplete",
+            )
         if digest(data) != name:
-            raise HashMismatch(f"{key} does not hash to its name: the store was tampered with")
+            raise HashMismatch(
+                f"{self.store.describe(key)} does not hash to its name: the store was tampered with"
+            )
         return data
 
     def put_manifest(self, manifest: bytes) -> bytes:
@@ -139,7 +151,12 @@ class History:
     def get_latest_unverified(self) -> LatestTransition | None:
         """The head without its signature checked: only to decide that recovery is needed."""
         data = self.store.get(LATEST_KEY)
-        return None if data is None else LatestTransition.from_bytes(data)
+        if data is None:
+            return None
+        try:
+            return LatestTransition.from_bytes(data)
+        except DamagedEntry as error:
+            raise DamagedEntry(f"{self.store.describe(LATEST_KEY)}: {error}") from None
 
     def get_latest(self, key: ec.EllipticCurvePublicKey) -> LatestTransition:
         latest = self.get_latest_unverified()
@@ -170,7 +187,7 @@ class History:
             transition = self.get_transition(current)
             yield current, transition
             current = transition.previous_transition_hash
-        raise HistoryError("the transition chain does not end: the store was tampered with")
+        raise DamagedEntry("the transition chain does not end: the store was tampered with")
 
     def manifests(self, transition_hash: bytes) -> list[bytes]:
         """Every manifest of the chain ending at `transition_hash`, oldest first."""

@@ -10,14 +10,17 @@ so two Coordinator processes on one volume cannot interleave.
 from __future__ import annotations
 
 import fcntl
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from contrast.files import write_atomically
+from contrast.files import remove_orphaned_temporaries, write_atomically
 from contrast.history.errors import ConcurrentUpdate, HistoryError
+
+log = logging.getLogger(__name__)
 
 # As the original's ConfigMap store: "<kind>/<name>", so keys map to file and object names.
 KEY_PATTERN = re.compile(r"^[a-zA-Z0-9-]+/[a-zA-Z0-9-]+$")
@@ -33,6 +36,9 @@ class Store(Protocol):
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         """Write `value` at `key` only if it currently holds `expected` (None: absent)."""
 
+    def describe(self, key: str) -> str:
+        """Where `key` is kept, for messages that must name a damaged entry (a file, an object)."""
+
 
 def check_key(key: str) -> None:
     if not KEY_PATTERN.fullmatch(key):
@@ -40,14 +46,39 @@ def check_key(key: str) -> None:
 
 
 class FileSystemStore:
-    """A store in a directory: one file per key, at `<root>/<kind>/<name>`."""
+    """A store in a directory: one file per key, at `<root>/<kind>/<name>`.
+
+    Writers hold the lock file shared, the compare-and-swap and the start-up clean-up hold it
+    exclusively: so opening a store removes the temporary files of writers killed earlier, and
+    never one that a live writer in another process is about to rename.
+    """
 
     def __init__(self, root: Path) -> None:
         self.root = root
+        self._remove_orphans()
+
+    def _remove_orphans(self) -> None:
+        if not self.root.is_dir():
+            return
+        try:
+            with self._locked():
+                directories = [self.root, *(p for p in self.root.iterdir() if p.is_dir())]
+                removed = [path for d in directories for path in remove_orphaned_temporaries(d)]
+        except OSError as error:
+            raise HistoryError(f"cannot clean up {self.root}: {error.strerror}") from None
+        if removed:
+            log.info(
+                "removed %d temporary files left by an interrupted write from %s",
+                len(removed),
+                self.root,
+            )
 
     def _path(self, key: str) -> Path:
         check_key(key)
         return self.root / key
+
+    def describe(self, key: str) -> str:
+        return str(self._path(key))
 
     def get(self, key: str) -> bytes | None:
         try:
@@ -58,26 +89,32 @@ class FileSystemStore:
             raise HistoryError(f"cannot read {key} from {self.root}: {error.strerror}") from None
 
     def put(self, key: str, value: bytes) -> None:
+        path = self._path(key)
         try:
-            write_atomically(self._path(key), value, mode=0o600)
+            with self._locked(shared=True):
+                write_atomically(path, value, mode=0o600)
         except OSError as error:
             raise HistoryError(f"cannot write {key} to {self.root}: {error.strerror}") from None
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
-        with self._locked():
-            current = self.get(key)
-            if current != expected:
-                raise ConcurrentUpdate(
-                    f"{key} changed while it was being updated",
-                    hint="another Coordinator shares this state; retry",
-                )
-            self.put(key, value)
+        path = self._path(key)
+        try:
+            with self._locked():
+                current = self.get(key)
+                if current != expected:
+                    raise ConcurrentUpdate(
+                        f"{key} changed while it was being updated",
+                        hint="another Coordinator shares this state; retry",
+                    )
+                write_atomically(path, value, mode=0o600)
+        except OSError as error:
+            raise HistoryError(f"cannot write {key} to {self.root}: {error.strerror}") from None
 
     @contextmanager
-    def _locked(self) -> Iterator[None]:
+    def _locked(self, *, shared: bool = False) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
+            fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             try:
                 yield
             finally:
@@ -97,6 +134,10 @@ class MemoryStore:
     def put(self, key: str, value: bytes) -> None:
         check_key(key)
         self.entries[key] = value
+
+    def describe(self, key: str) -> str:
+        check_key(key)
+        return key
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         if self.get(key) != expected:

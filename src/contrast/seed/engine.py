@@ -21,6 +21,9 @@ from contrast.seed.keygen import derive_ecdsa_key
 SEED_SIZE = 64
 SALT_SIZE = 32
 MINIMUM_SEED_SIZE = 32
+# HKDF-SHA256 expands to at most 255 blocks of 32 bytes, and each derivation is as long as its
+# input: a longer seed cannot be used (RFC 5869 §2.3).
+MAXIMUM_SEED_SIZE = 255 * 32
 
 _POD_STATE_LABEL = b"POD STATE SECRET"
 _TRANSACTION_SIGNING_LABEL = b"TRANSACTION SIGNING SECRET"
@@ -48,6 +51,11 @@ class SeedEngine:
         if len(self.seed) < MINIMUM_SEED_SIZE:
             raise SeedError(
                 f"the seed must be at least {MINIMUM_SEED_SIZE} bytes, got {len(self.seed)}"
+            )
+        if len(self.seed) > MAXIMUM_SEED_SIZE:
+            raise SeedError(
+                f"the seed must be at most {MAXIMUM_SEED_SIZE} bytes (what HKDF-SHA256 can"
+                f" expand), got {len(self.seed)}"
             )
         object.__setattr__(self, "_pod_state_secret", self._derive(self.seed, _POD_STATE_LABEL))
         object.__setattr__(
