@@ -21,7 +21,7 @@ def evidence_from_proto(message: evidence_pb2.Evidence) -> Evidence:
         platform = Platform(message.Platform)
     except ValueError:
         raise MalformedEvidence(
-            Reason.MALFORMED_REPORT, f"unknown evidence platform {message.Platform!r}"
+            Reason.MALFORMED_REPORT, f"unknown evidence platform {message.Platform[:40]!r}"
         ) from None
     return Evidence(platform, message.Report, tuple(message.Endorsements))
 

@@ -109,7 +109,21 @@ def _issuer(arguments: argparse.Namespace) -> Any:
 
 
 def run_coordinator(arguments: argparse.Namespace) -> int:
-    logs.configure(json_lines=arguments.log_format == "json")
+    json_lines = arguments.log_format == "json"
+    logs.configure(json_lines=json_lines)
+    if json_lines:
+        # gRPC core writes its own lines to stderr; the whole log must stay JSON lines.
+        logs.capture_native_stderr("grpc.core")
+    try:
+        return _serve_coordinator(arguments)
+    except ContrastError as error:
+        if arguments.debug:
+            raise
+        log.error("the Coordinator cannot start: %s", error.explain())
+        return 1
+
+
+def _serve_coordinator(arguments: argparse.Namespace) -> int:
     issuer = _issuer(arguments)
     coordinator = Coordinator(
         History(FileSystemStore(arguments.state_dir)), verifier_for=workload_verifier

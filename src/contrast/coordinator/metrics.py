@@ -20,6 +20,13 @@ class CoordinatorMetrics:
             "NewMeshCert requests refused because their evidence failed verification.",
             registry=self.registry,
         )
+        # As go-grpc-prometheus, which the original's servers use: every call by its status.
+        self.rpcs_handled = Counter(
+            "grpc_server_handled_total",
+            "RPCs completed on the server, by status code.",
+            ["grpc_type", "grpc_service", "grpc_method", "grpc_code"],
+            registry=self.registry,
+        )
         self.mesh_certificates = Counter(
             "contrast_meshapi_certificates_issued",
             "Mesh certificates issued.",

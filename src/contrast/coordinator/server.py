@@ -1,20 +1,20 @@
 """The Coordinator's network face: gRPC UserAPI and MeshAPI over TLS, metrics and probes over HTTP.
 
-Each servicer method turns a request into a call on `Coordinator` and a `CoordinatorError` into
-its gRPC status with a one-line message; anything else is a bug and is logged with its traceback
-but answered with a bare INTERNAL, so no internal detail (or secret) reaches a caller.
+Each servicer method turns a request into a call on `Coordinator` and raises what it raises;
+`contrast.coordinator.status` turns every failure into a deliberate gRPC status (one place for
+the whole mapping), so no internal detail (or secret) reaches a caller.
 """
 
 from __future__ import annotations
 
 import logging
+import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent import futures
-from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import NoReturn, TypeVar
+from typing import Any
 
 import grpc
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,28 +26,12 @@ from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import NONCE_SIZE, report_data
 from contrast.attestation.errors import AttestationError
 from contrast.coordinator.core import Coordinator, Mode
-from contrast.coordinator.errors import CoordinatorError, InvalidRequest
+from contrast.coordinator.errors import InvalidRequest
+from contrast.coordinator.status import DeliberateStatus
+from contrast.errors import ContrastError
+from contrast.logs import LogThrottle, describe_exception
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
-
-
-def _abort(context: grpc.ServicerContext, error: CoordinatorError) -> NoReturn:
-    context.abort(getattr(grpc.StatusCode, error.status.value), error.explain())
-    raise AssertionError("unreachable: abort raises")
-
-
-@contextmanager
-def _errors_as_status(context: grpc.ServicerContext, method: str) -> Iterator[None]:
-    try:
-        yield
-    except CoordinatorError as error:
-        log.info("%s refused: %s", method, error.explain())
-        _abort(context, error)
-    except AttestationError as error:
-        log.info("%s refused: %s", method, error.explain())
-        _abort(context, InvalidRequest(error.explain()))
 
 
 class UserApi:
@@ -59,56 +43,52 @@ class UserApi:
     def attest(
         self, request: userapi_pb2.AttestRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.AttestResponse:
-        with _errors_as_status(context, "Attest"):
-            if len(request.Nonce) != NONCE_SIZE:
-                raise InvalidRequest(f"the nonce must be {NONCE_SIZE} bytes")
-            evidence = self._issuer.issue(report_data(self._identity.public_key_der, request.Nonce))
-            return userapi_pb2.AttestResponse(Evidence=evidence_to_proto(evidence))
+        if len(request.Nonce) != NONCE_SIZE:
+            raise InvalidRequest(f"the nonce must be {NONCE_SIZE} bytes")
+        evidence = self._issuer.issue(report_data(self._identity.public_key_der, request.Nonce))
+        return userapi_pb2.AttestResponse(Evidence=evidence_to_proto(evidence))
 
     def set_manifest(
         self, request: userapi_pb2.SetManifestRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.SetManifestResponse:
-        with _errors_as_status(context, "SetManifest"):
-            result = self._coordinator.set_manifest(
-                request.Manifest,
-                list(request.Policies),
-                previous_transition_hash=request.PreviousTransitionHash,
-                owner_public_key=request.WorkloadOwnerPublicKey,
-                signature=request.Signature,
-            )
-            log.info("manifest set (generation %s)", self._coordinator.generation)
-            response = userapi_pb2.SetManifestResponse(RootCA=result.root_ca, MeshCA=result.mesh_ca)
-            if result.seed_shares is not None:
-                response.SeedSharesDoc.CopyFrom(seed_shares_to_proto(result.seed_shares))
-            return response
+        result = self._coordinator.set_manifest(
+            request.Manifest,
+            list(request.Policies),
+            previous_transition_hash=request.PreviousTransitionHash,
+            owner_public_key=request.WorkloadOwnerPublicKey,
+            signature=request.Signature,
+        )
+        log.info("manifest set (generation %s)", self._coordinator.generation)
+        response = userapi_pb2.SetManifestResponse(RootCA=result.root_ca, MeshCA=result.mesh_ca)
+        if result.seed_shares is not None:
+            response.SeedSharesDoc.CopyFrom(seed_shares_to_proto(result.seed_shares))
+        return response
 
     def get_manifests(
         self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.GetManifestsResponse:
-        with _errors_as_status(context, "GetManifests"):
-            history = self._coordinator.get_manifests()
-            return userapi_pb2.GetManifestsResponse(
-                Manifests=history.manifests,
-                Policies=history.policies,
-                RootCA=history.root_ca,
-                MeshCA=history.mesh_ca,
-                LatestTransition=userapi_pb2.SignedTransition(
-                    TransitionHash=history.latest.transition_hash,
-                    Signature=history.latest.signature,
-                ),
-            )
+        history = self._coordinator.get_manifests()
+        return userapi_pb2.GetManifestsResponse(
+            Manifests=history.manifests,
+            Policies=history.policies,
+            RootCA=history.root_ca,
+            MeshCA=history.mesh_ca,
+            LatestTransition=userapi_pb2.SignedTransition(
+                TransitionHash=history.latest.transition_hash,
+                Signature=history.latest.signature,
+            ),
+        )
 
     def recover(
         self, request: userapi_pb2.RecoverRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.RecoverResponse:
-        with _errors_as_status(context, "Recover"):
-            self._coordinator.recover(
-                request.Seed,
-                request.Salt,
-                expected_transition_hash=request.ExpectedTransitionHash,
-            )
-            log.info("recovered from a seed share")
-            return userapi_pb2.RecoverResponse()
+        self._coordinator.recover(
+            request.Seed,
+            request.Salt,
+            expected_transition_hash=request.ExpectedTransitionHash,
+        )
+        log.info("recovered from a seed share")
+        return userapi_pb2.RecoverResponse()
 
 
 class MeshApi:
@@ -123,17 +103,34 @@ class MeshApi:
     def new_mesh_cert(
         self, request: meshapi_pb2.NewMeshCertRequest, context: grpc.ServicerContext
     ) -> meshapi_pb2.NewMeshCertResponse:
-        with _errors_as_status(context, "NewMeshCert"):
-            certificate = self._coordinator.new_mesh_certificate(
-                request.Nonce, request.PublicKey, evidence_from_proto(request.Evidence)
-            )
-            log.info("issued a mesh certificate to %s", context.peer())
-            return meshapi_pb2.NewMeshCertResponse(
-                MeshCACert=certificate.mesh_ca,
-                CertChain=certificate.cert_chain,
-                RootCACert=certificate.root_ca,
-                WorkloadSecret=certificate.workload_secret or b"",
-            )
+        try:
+            evidence = evidence_from_proto(request.Evidence)
+        except AttestationError:
+            self._coordinator.metrics.attestation_failures.inc()
+            raise
+        certificate = self._coordinator.new_mesh_certificate(
+            request.Nonce, request.PublicKey, evidence
+        )
+        log.info("issued a mesh certificate to %s", context.peer())
+        return meshapi_pb2.NewMeshCertResponse(
+            MeshCACert=certificate.mesh_ca,
+            CertChain=certificate.cert_chain,
+            RootCACert=certificate.root_ca,
+            WorkloadSecret=certificate.workload_secret or b"",
+        )
+
+
+class CannotListen(ContrastError):
+    """An address the Coordinator should serve on is taken or not ours."""
+
+
+def _listen(server: grpc.Server, address: str, credentials: grpc.ServerCredentials) -> int:
+    try:
+        return server.add_secure_port(address, credentials)
+    except RuntimeError:  # gRPC's only word for it: "Failed to bind to address"
+        raise CannotListen(
+            f"cannot listen on {address}", hint="is another process using the port?"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -157,15 +154,23 @@ class CoordinatorServer:
     ) -> None:
         self.coordinator = coordinator
         credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
-        self._user = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        interceptors: list[grpc.ServerInterceptor] = [DeliberateStatus(coordinator.metrics)]
+        self._user = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors
+        )
         self._user.add_generic_rpc_handlers(
             [services.user_api_handler(UserApi(coordinator, identity, issuer))]
         )
-        self._mesh = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+        self._mesh = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors
+        )
         self._mesh.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator))])
-        user_port = self._user.add_secure_port(f"{host}:{ports.user_api}", credentials)
-        mesh_port = self._mesh.add_secure_port(f"{host}:{ports.mesh_api}", credentials)
-        self._http = ThreadingHTTPServer((host, ports.http), _http_handler(coordinator))
+        user_port = _listen(self._user, f"{host}:{ports.user_api}", credentials)
+        mesh_port = _listen(self._mesh, f"{host}:{ports.mesh_api}", credentials)
+        try:
+            self._http = _HttpServer((host, ports.http), _http_handler(coordinator))
+        except OSError as error:
+            raise CannotListen(f"cannot listen on {host}:{ports.http}: {error.strerror}") from None
         self.ports = Ports(user_port, mesh_port, self._http.server_address[1])
 
     def start(self) -> None:
@@ -181,6 +186,26 @@ class CoordinatorServer:
 
     def wait(self) -> None:
         self._user.wait_for_termination()
+
+
+class _HttpServer(ThreadingHTTPServer):
+    """Metrics and probes; a failed exchange is one throttled log line, not a traceback."""
+
+    daemon_threads = True
+    _throttle = LogThrottle()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # socketserver prints the traceback to stderr; any client could fill the log with them.
+        error = sys.exc_info()[1]
+        if error is None:
+            return
+        admission = self._throttle.admit(type(error).__name__)
+        if admission is not None:
+            log.warning(
+                "HTTP exchange with %s failed",
+                client_address[0] if client_address else "?",
+                extra={"fields": {"exception": describe_exception(error), **admission.fields()}},
+            )
 
 
 def _http_handler(coordinator: Coordinator) -> type[BaseHTTPRequestHandler]:

@@ -1,0 +1,212 @@
+"""Every answer of the Coordinator's gRPC server is a status chosen on purpose (issue 11).
+
+The server runs in this process on loopback, with its log formatted as the program formats it, so
+the tests see both what a caller gets and what the operator's log gets.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+
+from contrast import logs
+from contrast.api import services, userapi_pb2
+from contrast.atls.client import fetch_certificate, pinned_channel
+from contrast.atls.identity import TlsIdentity
+from contrast.coordinator.core import Coordinator, utc_now
+from contrast.coordinator.server import CoordinatorServer, Ports
+from contrast.history.history import History
+from contrast.history.store import FileSystemStore
+from contrast.manifest.model import Manifest
+from tests.coordinator.conftest import Deployment
+
+METHODS = [
+    services.ATTEST,
+    services.SET_MANIFEST,
+    services.GET_MANIFESTS,
+    services.RECOVER,
+    services.GET_NONCE,
+    services.NEW_MESH_CERT,
+]
+
+
+@dataclass
+class Running:
+    """A server, a channel to each of its APIs, and its log."""
+
+    server: CoordinatorServer
+    user: grpc.Channel
+    mesh: grpc.Channel
+    log: io.StringIO
+
+    def call(self, method: services.Method[Any, Any], payload: bytes) -> grpc.RpcError | bytes:
+        """Send raw request bytes; the answer's bytes, or the error."""
+        channel = self.mesh if method.service == services.MESH_API else self.user
+        try:
+            answer: bytes = channel.unary_unary(method.path)(payload, timeout=10)
+        except grpc.RpcError as error:
+            return error
+        return answer
+
+    def log_lines(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.log.getvalue().splitlines()]
+
+    def close(self) -> None:
+        self.user.close()
+        self.mesh.close()
+        self.server.stop(grace=0)
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """The process's log as `contrast coordinator` writes it: JSON lines, here into a buffer."""
+    buffer = io.StringIO()
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    contrast_logger = logging.getLogger("contrast")
+    saved_contrast = contrast_logger.handlers[:], contrast_logger.level, contrast_logger.propagate
+    logs.configure(json_lines=True, stream=buffer)
+    yield buffer
+    root.handlers[:], root.level = saved[0], saved[1]
+    contrast_logger.handlers[:] = saved_contrast[0]
+    contrast_logger.setLevel(saved_contrast[1])
+    contrast_logger.propagate = saved_contrast[2]
+
+
+def start(deployment: Deployment, coordinator: Coordinator, log: io.StringIO) -> Running:
+    server = CoordinatorServer(
+        coordinator,
+        deployment.issuer("coordinator"),
+        TlsIdentity.generate(now=utc_now()),
+        host="127.0.0.1",
+        ports=Ports(0, 0, 0),
+    )
+    server.start()
+    user, mesh = (
+        pinned_channel(target, fetch_certificate(target))
+        for target in (f"127.0.0.1:{server.ports.user_api}", f"127.0.0.1:{server.ports.mesh_api}")
+    )
+    return Running(server, user, mesh, log)
+
+
+@pytest.fixture
+def serve(deployment: Deployment, json_log: io.StringIO) -> Iterator[Callable[..., Running]]:
+    started: list[Running] = []
+
+    def run(coordinator: Coordinator | None = None) -> Running:
+        running = start(deployment, coordinator or deployment.coordinator(), json_log)
+        started.append(running)
+        return running
+
+    yield run
+    for running in started:
+        running.close()
+
+
+def faulty_verifier_for(manifest: Manifest) -> Any:
+    raise RuntimeError("the secret detail of a bug")
+
+
+def with_a_bug(deployment: Deployment, serve: Callable[..., Running]) -> tuple[Running, bytes]:
+    """A server whose SetManifest hits a bug, and a SetManifest request that reaches it."""
+    coordinator = Coordinator(
+        History(FileSystemStore(deployment.state_dir)), verifier_for=faulty_verifier_for
+    )
+    request = userapi_pb2.SetManifestRequest(
+        Manifest=deployment.manifest(), Policies=deployment.documents()
+    )
+    return serve(coordinator), request.SerializeToString()
+
+
+def test_an_unexpected_error_is_internal_with_an_incident_and_one_json_line(
+    deployment: Deployment, serve: Callable[..., Running]
+) -> None:
+    running, request = with_a_bug(deployment, serve)
+    error = running.call(services.SET_MANIFEST, request)
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() == grpc.StatusCode.INTERNAL
+    details = error.details() or ""
+    assert "secret detail" not in details
+    assert "RuntimeError" not in details
+    assert details.startswith("internal error (incident ")
+    incident = details.removeprefix("internal error (incident ").removesuffix(")")
+    lines = running.log_lines()
+    failures = [line for line in lines if line.get("incident") == incident]
+    assert len(failures) == 1, lines
+    [failure] = failures
+    assert failure["level"] == "error"
+    assert failure["method"] == "SetManifest"
+    assert failure["exception"]["type"] == "RuntimeError"
+    assert any("faulty_verifier_for" in frame for frame in failure["exception"]["where"])
+
+
+def test_repeats_of_one_failure_are_counted_not_logged(
+    deployment: Deployment, serve: Callable[..., Running]
+) -> None:
+    running, request = with_a_bug(deployment, serve)
+    for _ in range(30):
+        error = running.call(services.SET_MANIFEST, request)
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() == grpc.StatusCode.INTERNAL
+    errors = [line for line in running.log_lines() if line["level"] == "error"]
+    assert len(errors) == 1
+    metrics = running.server.coordinator.metrics.registry
+    handled = metrics.get_sample_value(
+        "grpc_server_handled_total",
+        {
+            "grpc_code": "INTERNAL",
+            "grpc_method": "SetManifest",
+            "grpc_service": services.USER_API,
+            "grpc_type": "unary",
+        },
+    )
+    assert handled == 30
+
+
+@pytest.mark.parametrize("method", METHODS, ids=lambda method: method.name)
+def test_bytes_that_are_not_the_request_message_are_invalid_argument(
+    serve: Callable[..., Running], method: services.Method[Any, Any]
+) -> None:
+    running = serve()
+    error = running.call(method, b"\xff\xff\xff")
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert f"not a {method.request.DESCRIPTOR.full_name} message" in (error.details() or "")
+    assert all(line["level"] != "error" for line in running.log_lines())
+
+
+def test_a_recover_seed_longer_than_the_key_derivation_allows_is_invalid_argument(
+    deployment: Deployment, serve: Callable[..., Running]
+) -> None:
+    first = deployment.coordinator()
+    first.set_manifest(deployment.manifest(), deployment.documents())
+    running = serve()  # a restart: recovery mode
+    request = userapi_pb2.RecoverRequest(Seed=b"s" * 8161, Salt=b"s" * 32)
+    error = running.call(services.RECOVER, request.SerializeToString())
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
+    assert "at most 8160 bytes" in (error.details() or "")
+
+
+def test_a_truncated_history_head_is_data_loss(
+    deployment: Deployment, serve: Callable[..., Running]
+) -> None:
+    first = deployment.coordinator()
+    result = first.set_manifest(deployment.manifest(), deployment.documents())
+    assert result.seed_shares is not None
+    head = deployment.state_dir / "transitions" / "latest"
+    head.write_bytes(head.read_bytes()[:20])
+    running = serve()
+    seed = result.seed_shares.decrypt(deployment.seedshare)
+    request = userapi_pb2.RecoverRequest(Seed=seed, Salt=result.seed_shares.salt)
+    error = running.call(services.RECOVER, request.SerializeToString())
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() == grpc.StatusCode.DATA_LOSS, error.details()
+    assert "transitions/latest" in (error.details() or "")
