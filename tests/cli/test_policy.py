@@ -314,3 +314,21 @@ def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "exit codes:" in out
     assert "3  some request denied" in out
+
+
+@pytest.mark.parametrize(
+    "requests",
+    [
+        "[" * 100_000 + "]" * 100_000,  # a JSON list
+        '{"kind": "CreateContainerRequest", "request": ' + "[" * 100_000 + "]" * 100_000 + "}",
+        "[" * 100_000 + "\n{}",  # JSON lines
+    ],
+    ids=["list", "object", "lines"],
+)
+def test_deeply_nested_requests_are_one_line(
+    capsys: pytest.CaptureFixture[str], policy_file: Path, tmp_path: Path, requests: str
+) -> None:
+    path = _write(tmp_path, "deep.json", requests)
+    code, _, err = _run(capsys, "evaluate", "--policy", str(policy_file), "--request", str(path))
+    assert code == 1
+    assert "nests deeper than 64 levels" in _one_line_error(err)

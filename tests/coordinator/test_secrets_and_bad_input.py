@@ -13,7 +13,8 @@ from contrast.atls.reportdata import public_key_der
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.evidence import Evidence, Platform
 from contrast.coordinator.core import Coordinator
-from contrast.coordinator.errors import CoordinatorError
+from contrast.coordinator.errors import CoordinatorError, InvalidRequest, PermissionDenied
+from contrast.manifest.ownership import sign_update
 from contrast.seed.engine import SeedEngine
 from tests.coordinator.conftest import Deployment, policy
 
@@ -85,3 +86,37 @@ def test_garbage_manifests_get_typed_refusals(
 ) -> None:
     with pytest.raises(CoordinatorError):
         ready_coordinator.set_manifest(manifest, policies)
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+
+
+def test_a_deeply_nested_first_manifest_is_invalid(deployment: Deployment) -> None:
+    with pytest.raises(InvalidRequest, match="the manifest nests deeper than 32 levels"):
+        deployment.coordinator().set_manifest(DEEP, [])
+
+
+def test_an_update_is_authorised_before_its_manifest_is_parsed(deployment: Deployment) -> None:
+    coordinator = deployment.coordinator()
+    coordinator.set_manifest(deployment.manifest(), deployment.documents())
+    current = coordinator.get_manifests().latest.transition_hash
+    with pytest.raises(PermissionDenied, match="updates need a workload owner's signature"):
+        coordinator.set_manifest(DEEP, [], previous_transition_hash=current)
+    stranger = ec.generate_private_key(ec.SECP384R1())
+    with pytest.raises(PermissionDenied, match="does not list as workload owner"):
+        coordinator.set_manifest(
+            DEEP,
+            [],
+            previous_transition_hash=current,
+            owner_public_key=public_key_der(stranger.public_key()),
+            signature=sign_update(stranger, DEEP, current),
+        )
+    # The owner's own malformed update is parsed, and refused for what it is.
+    with pytest.raises(InvalidRequest, match="nests deeper"):
+        coordinator.set_manifest(
+            DEEP,
+            [],
+            previous_transition_hash=current,
+            owner_public_key=public_key_der(deployment.owner.public_key()),
+            signature=sign_update(deployment.owner, DEEP, current),
+        )

@@ -72,3 +72,9 @@ def test_public_key_hex_round_trip(owners: list[rsa.RSAPrivateKey]) -> None:
     assert public_key_hex(load_public_key_hex(text)) == text
     with pytest.raises(SeedShareError):
         load_public_key_hex("zz")
+
+
+def test_a_deeply_nested_document_is_refused_before_parsing() -> None:
+    deep = b'{"SeedShares": ' + b"[" * 100_000 + b"]" * 100_000 + b', "Salt": ""}'
+    with pytest.raises(SeedShareError, match="nests deeper than 8 levels"):
+        SeedShareDocument.from_json(deep)

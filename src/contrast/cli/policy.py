@@ -21,6 +21,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from contrast.boundedjson import JsonInputError, JsonLimits, NotJson, load
 from contrast.errors import ContrastError
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.policy.engine import AgentPolicy, Decision, PolicyEvaluationError
@@ -32,6 +33,9 @@ EXIT_OK = 0
 EXIT_NOT_AS_EXPECTED = 3
 EXIT_EVALUATION_ERROR = 4
 STDIN = "-"
+# Request files are read whole before evaluation: bounded in size (a day of an agent's policy log
+# fits) and depth (a CreateContainerRequest with its OCI spec nests about 8 levels deep).
+REQUEST_LIMITS = JsonLimits(max_bytes=64 << 20, max_depth=64)
 
 _EXIT_CODES = f"""exit codes:
   {EXIT_OK}  every request allowed, or every verdict as the request's "allowed" expects
@@ -245,9 +249,11 @@ def _workload_name(workload: Workload) -> str:
 def load_requests(text: str, name: str | None) -> list[RequestCase]:
     """The request sequence in `text`: one object (with `name`), a JSON list, or JSON lines."""
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
+        document = load(text, REQUEST_LIMITS, what="the requests")
+    except NotJson:
         return [_case(item, i) for i, item in enumerate(_json_lines(text), start=1)]
+    except JsonInputError as error:
+        raise PolicyInputError(error.message) from None
     if isinstance(document, dict) and name is not None:
         return [RequestCase(name, document)]
     if isinstance(document, dict) and "kind" in document and "request" in document:
@@ -269,11 +275,9 @@ def _json_lines(text: str) -> Iterator[Any]:
         if not line.strip():
             continue
         try:
-            yield json.loads(line)
-        except json.JSONDecodeError as error:
-            raise PolicyInputError(
-                f"the requests are not JSON (line {number}: {error.msg}, column {error.colno})"
-            ) from None
+            yield load(line, REQUEST_LIMITS, what=f"line {number} of the requests")
+        except JsonInputError as error:
+            raise PolicyInputError(error.message) from None
 
 
 def _case(item: Any, index: int) -> RequestCase:

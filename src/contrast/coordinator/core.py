@@ -159,22 +159,21 @@ class Coordinator:
         owner_public_key: bytes = b"",
         signature: bytes = b"",
     ) -> SetManifestResult:
-        try:
-            manifest = Manifest.from_bytes(manifest_bytes)
-            verifier = self._verifier_for(manifest)
-        except ManifestError as error:
-            raise InvalidRequest(error.explain()) from None
-        documents = {digest(policy).hex(): policy for policy in policies}
-        missing = sorted(set(manifest.policies) - set(documents))
-        if missing:
-            raise InvalidRequest(
-                f"no policy document was sent for the manifest's policy hash {missing[0]}",
-                hint="send the policies (initdata) of every workload in the manifest",
-            )
         with self._lock:
             if self._recovering:
                 raise NotReady("the Coordinator is in recovery mode", hint="run contrast recover")
             state = self._state
+            # Once a manifest is set, only its owners may send one: their signature over the raw
+            # bytes is checked before anything parses them.
+            if state is not None:
+                self._authorize_update(
+                    state,
+                    manifest_bytes=manifest_bytes,
+                    previous_transition_hash=previous_transition_hash,
+                    owner_public_key=owner_public_key,
+                    signature=signature,
+                )
+            manifest, verifier, documents = self._read_request(manifest_bytes, policies)
             if state is None:
                 seed = SeedEngine.generate()
                 owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
@@ -183,14 +182,10 @@ class Coordinator:
                 )
                 expected_latest, previous, generation = None, ZERO_HASH, 1
             else:
-                self._authorize_update(
-                    state,
-                    manifest,
-                    manifest_bytes=manifest_bytes,
-                    previous_transition_hash=previous_transition_hash,
-                    owner_public_key=owner_public_key,
-                    signature=signature,
-                )
+                if manifest.seedshare_owner_pub_keys != state.manifest.seedshare_owner_pub_keys:
+                    raise PermissionDenied(
+                        "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
+                    )
                 seed, shares = state.seed, None
                 expected_latest = state.latest
                 previous, generation = state.latest.transition_hash, state.generation + 1
@@ -217,10 +212,27 @@ class Coordinator:
             authority = self._state.authority
         return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
 
+    def _read_request(
+        self, manifest_bytes: bytes, policies: Sequence[bytes]
+    ) -> tuple[Manifest, EvidenceVerifier, dict[str, bytes]]:
+        """The manifest, its verifier, and the policy documents by hash; each one must be sent."""
+        try:
+            manifest = Manifest.from_bytes(manifest_bytes)
+            verifier = self._verifier_for(manifest)
+        except ManifestError as error:
+            raise InvalidRequest(error.explain()) from None
+        documents = {digest(policy).hex(): policy for policy in policies}
+        missing = sorted(set(manifest.policies) - set(documents))
+        if missing:
+            raise InvalidRequest(
+                f"no policy document was sent for the manifest's policy hash {missing[0]}",
+                hint="send the policies (initdata) of every workload in the manifest",
+            )
+        return manifest, verifier, documents
+
     def _authorize_update(
         self,
         state: State,
-        manifest: Manifest,
         *,
         manifest_bytes: bytes,
         previous_transition_hash: bytes,
@@ -247,10 +259,6 @@ class Coordinator:
             )
         except OwnershipError as error:
             raise PermissionDenied(error.message, hint=error.hint) from None
-        if manifest.seedshare_owner_pub_keys != state.manifest.seedshare_owner_pub_keys:
-            raise PermissionDenied(
-                "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
-            )
 
     def _activate(
         self,

@@ -16,10 +16,16 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.manifest.errors import ManifestError
 from contrast.seed.shares import SeedShareError, load_public_key_hex
 
 HASH_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+# A manifest is checked for size and depth before it is parsed (it reaches SetManifest from
+# anyone before the first manifest is set). 4 MiB is gRPC's default message limit, which caps
+# SetManifest anyway (tens of thousands of policies); a manifest nests 5 levels deep.
+MANIFEST_LIMITS = JsonLimits(max_bytes=4 << 20, max_depth=32)
 
 
 class Role(StrEnum):
@@ -103,9 +109,9 @@ class Manifest(_Model):
     @classmethod
     def from_bytes(cls, data: bytes) -> Manifest:
         try:
-            document = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as error:
-            raise ManifestError(f"the manifest is not JSON: {error}") from None
+            document = load(data, MANIFEST_LIMITS, what="the manifest")
+        except JsonInputError as error:
+            raise ManifestError(error.message) from None
         try:
             return cls.model_validate(document)
         except ValidationError as error:

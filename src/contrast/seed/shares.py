@@ -13,9 +13,14 @@ from dataclasses import dataclass
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
+from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.errors import ContrastError
 
 OAEP_LABEL = b"seedshare"
+
+
+# A seed share document holds one encrypted seed per owner key: 1 MiB is thousands of owners.
+SEED_SHARES_LIMITS = JsonLimits(max_bytes=1 << 20, max_depth=8)
 
 
 class SeedShareError(ContrastError):
@@ -95,7 +100,10 @@ class SeedShareDocument:
     @classmethod
     def from_json(cls, data: bytes) -> SeedShareDocument:
         try:
-            document = json.loads(data)
+            document = load(data, SEED_SHARES_LIMITS, what="it")
+        except JsonInputError as error:
+            raise SeedShareError(f"not a seed share document: {error.message}") from None
+        try:
             shares = tuple(
                 SeedShare(str(item["PublicKey"]), bytes.fromhex(item["EncryptedSeed"]))
                 for item in document["SeedShares"]
