@@ -11,6 +11,7 @@ import pytest
 
 from contrast.cli.main import main
 from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation
+from tests.kuberesource.test_yamlbounds import DEEP, SELF_REFERENCE, alias_bomb
 
 KATA = Path(__file__).parents[2].parent / "shared" / "testdata" / "kata-policy"
 
@@ -276,6 +277,11 @@ def test_policy_from_annotated_yaml_needs_pod_when_several(
         ("package other\n\ndefault x := 1\n", "[]", [], "package other"),
         (POLICY, json.dumps([{"kind": "Nope", "request": {}}]), [], "request 1: unknown"),
         (POLICY, json.dumps({"kind": "RemoveContainerRequest"}), [], "needs --name"),
+        (alias_bomb(9), "[]", [], "aliases expand"),
+        (SELF_REFERENCE, "[]", [], "refers to itself"),
+        (DEEP, "[]", [], "nested more deeply"),
+        # Deep TOML is no initdata (tomllib recursed), and as YAML it is one string.
+        ("a = " + "[" * 5000 + "]" * 5000, "[]", [], "carries the annotation"),
     ],
 )
 def test_bad_input_is_one_readable_line(

@@ -21,6 +21,7 @@ from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.cli.main import main
 from contrast.initializer.client import Backoff, obtain_mesh_certificate
 from tests.cli.conftest import ROGUE, WEB, Cluster
+from tests.kuberesource.test_yamlbounds import SELF_REFERENCE, alias_bomb
 
 
 def run(capsys: pytest.CaptureFixture[str], *arguments: str) -> tuple[int, str, str]:
@@ -199,3 +200,20 @@ def test_initializer_waits_for_the_manifest(
     assert contrast(cluster, capsys, "set")[0] == 0
     waiting.join(timeout=20)
     assert len(result) == 1
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [(alias_bomb(9), "aliases expand"), (SELF_REFERENCE, "refers to itself")],
+    ids=["alias bomb", "self-reference"],
+)
+def test_set_refuses_unbounded_yaml_before_connecting(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], text: str, message: str
+) -> None:
+    (cluster.workspace / "resources" / "bomb.yml").write_text(text)
+    code, out, err = contrast(cluster, capsys, "set")
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert "bomb.yml" in err
+    assert message in err
+    assert not (cluster.workspace / "seed-shares.json").exists()

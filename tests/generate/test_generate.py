@@ -14,6 +14,7 @@ from contrast.cli.main import main
 from contrast.manifest.defaults import MINIMUM_TCB_FIELDS
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
 from tests.generate.conftest import GenerateWorkspace
+from tests.kuberesource.test_yamlbounds import DEEP, alias_bomb
 
 EMULATED = ("--reference-values", "emulated-snp")
 
@@ -114,8 +115,17 @@ def test_skip_initializer(workspace: GenerateWorkspace) -> None:
             ),
             "127.0.0.0/8",
         ),
+        (lambda text: text + "---\n" + alias_bomb(9), "aliases expand"),
+        (lambda text: text + "---\n" + DEEP, "nested more deeply"),
     ],
-    ids=["unknown image", "broken YAML", "unknown runtime class", "egress outside loopback"],
+    ids=[
+        "unknown image",
+        "broken YAML",
+        "unknown runtime class",
+        "egress outside loopback",
+        "alias bomb",
+        "deep nesting",
+    ],
 )
 def test_failures_are_one_line_and_change_nothing(
     workspace: GenerateWorkspace,

@@ -64,7 +64,15 @@ def test_zip_bomb_is_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "toml", [b"\xff", b"= broken", b'algorithm = "md5"', b'algorithm = "sha256"\ndata = 1']
+    "toml",
+    [
+        b"\xff",
+        b"= broken",
+        b'algorithm = "md5"',
+        b'algorithm = "sha256"\ndata = 1',
+        b"a = " + b"[" * 5000 + b"]" * 5000,  # tomllib recurses per level
+    ],
+    ids=["not UTF-8", "broken", "md5", "data not a table", "deep nesting"],
 )
 def test_bad_documents(toml: bytes) -> None:
     with pytest.raises(InitdataError):

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from contrast.boundedjson import JsonInputError, JsonLimits, NotJson, load
 from contrast.errors import ContrastError
+from contrast.kuberesource import yamlbounds
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.policy.engine import AgentPolicy, Decision, PolicyEvaluationError
 from contrast.policy.explain import Explanation, explain
@@ -197,7 +197,8 @@ def _policy_of(initdata: Initdata, where: str) -> str:
 
 def _policy_from_yaml(text: str, pod: str | None) -> str:
     try:
-        documents = [doc for doc in YAML(typ="safe").load_all(text) if doc is not None]
+        loaded = yamlbounds.load_all_safe(text, "the policy")
+        documents = [document for document in loaded if document is not None]
     except YAMLError as error:
         reason = " ".join(str(error).split())
         raise PolicyInputError(

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
 from contrast.errors import ContrastError
+from contrast.kuberesource import yamlbounds
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
 
 YAML_SUFFIXES = {".yml", ".yaml"}
@@ -46,11 +46,10 @@ def _annotation_values(node: Any) -> Iterator[str]:
 
 def collect_policies(directory: Path) -> dict[str, bytes]:
     """Policy hash (hex) → initdata TOML for every annotated workload under `directory`."""
-    yaml = YAML(typ="safe")
     policies: dict[str, bytes] = {}
     for path in yaml_files(directory):
         try:
-            documents = list(yaml.load_all(path.read_text()))
+            documents = yamlbounds.load_all_safe(path.read_text(), str(path))
         except (OSError, YAMLError, UnicodeDecodeError) as error:
             raise ResourceError(f"cannot read {path}: {error}") from None
         for document in documents:

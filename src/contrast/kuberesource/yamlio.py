@@ -32,6 +32,7 @@ from ruamel.yaml.events import DocumentEndEvent
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from contrast.files import write_atomically
+from contrast.kuberesource import yamlbounds
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 
 STDIO = "-"
@@ -284,6 +285,9 @@ def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
         documents = tuple(_yaml().load_all(text))
     except YAMLError as error:
         raise _error(name, error) from error
+    except RecursionError:
+        raise yamlbounds.too_deep(name) from None
+    yamlbounds.check_aliases(documents, text, name)
     texts = _split_at_markers(text, len(documents))
     if texts is None:
         texts = _document_texts(text, name)

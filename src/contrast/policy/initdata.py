@@ -85,6 +85,8 @@ class Initdata:
             document = tomllib.loads(text.decode())
         except (UnicodeDecodeError, tomllib.TOMLDecodeError) as error:
             raise InitdataError(f"initdata is not TOML: {error}") from None
+        except RecursionError:  # tomllib recurses per level of nested arrays and tables
+            raise InitdataError("initdata is TOML nested more deeply than it can be read") from None
         algorithm = document.get("algorithm")
         data = document.get("data", {})
         if algorithm not in _ALGORITHMS:
