@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -60,6 +63,43 @@ def remove_orphaned_temporaries(directory: Path) -> list[Path]:
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
+
+
+@contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive `flock` on the file `path` and remove the file when done.
+
+    The lock file exists only while a process holds or awaits it, so a workspace keeps no
+    `.lock` leftovers. Removing it is safe because the holder unlinks it before unlocking, and a
+    waiter that then gets the lock checks that `path` still names the file it locked; if not
+    (gone, or created anew by a later process), it starts over on the current file.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            locked = os.fstat(descriptor)
+            try:
+                current = os.stat(path)
+            except FileNotFoundError:
+                current = None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        if current is not None and (current.st_dev, current.st_ino) == (
+            locked.st_dev,
+            locked.st_ino,
+        ):
+            break
+        os.close(descriptor)  # the file we locked was removed: not the lock any more
+    try:
+        yield
+    finally:
+        try:
+            path.unlink(missing_ok=True)
+        finally:
+            os.close(descriptor)
 
 
 def write_private_key(path: Path, key: PrivateKeyTypes) -> None:

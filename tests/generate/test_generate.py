@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import stat
 import sys
 
@@ -93,6 +94,20 @@ def test_skip_initializer(workspace: GenerateWorkspace) -> None:
     assert "initContainers" not in deployment["spec"]["template"]["spec"]
 
 
+def _assert_refused_and_unchanged(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str], message: str
+) -> str:
+    before = workspace.snapshot()
+    capsys.readouterr()
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("contrast: ")
+    assert err.count("\n") == 1
+    assert message in err
+    assert workspace.snapshot() == before
+    return err
+
+
 @pytest.mark.parametrize(
     ("edit", "message"),
     [
@@ -138,15 +153,8 @@ def test_failures_are_one_line_and_change_nothing(
     app = workspace.resources / "app.yml"
     assert callable(edit)
     app.write_text(edit(app.read_text()))
-    before = workspace.snapshot()
-    capsys.readouterr()
-    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("contrast: ")
-    assert err.count("\n") == 1
+    err = _assert_refused_and_unchanged(workspace, capsys, message)
     assert "Traceback" not in err
-    assert message in err
-    assert workspace.snapshot() == before
 
 
 def test_without_a_coordinator_nothing_is_written(
@@ -261,11 +269,110 @@ def test_one_annotation_with_two_values_changes_nothing(
             '    contrast.edgeless.systems/servicemesh-ingress: "main#8443#false"\n',
         )
     )
-    before = workspace.snapshot()
-    capsys.readouterr()
-    assert workspace.generate(*EMULATED, str(workspace.resources)) == 1
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1
-    assert "'main#8443#false' in metadata.annotations" in err
+    err = _assert_refused_and_unchanged(
+        workspace, capsys, "'main#8443#false' in metadata.annotations"
+    )
     assert "spec.template.metadata.annotations" in err
-    assert workspace.snapshot() == before
+
+
+WORKSPACE_FILES = {
+    "layers-cache.json",
+    "manifest.json",
+    "rules.rego",
+    "seedshare-owner.pem",
+    "settings.json",
+    "workload-owner.pem",
+}
+
+
+def _top_level_files(workspace: GenerateWorkspace) -> set[str]:
+    return {path.name for path in workspace.root.iterdir() if path.is_file()}
+
+
+def test_generate_leaves_no_stray_files(workspace: GenerateWorkspace) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    assert _top_level_files(workspace) == WORKSPACE_FILES  # no layers-cache.json.lock
+    assert {p.name for p in workspace.resources.iterdir()} == {"app.yml", "coordinator.yml"}
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"Manifest": {"Policies": {}}}, "Manifest"),
+        ({"ReferenceValues": []}, "ReferenceValues"),
+        ({"ReferenceValues": {"snp": "Genoa"}}, "ReferenceValues.snp"),
+        ({"ReferenceValues": {"sev": [{}]}}, "ReferenceValues.sev"),
+        ({"Policies": ["web"]}, "Policies"),
+        ({"WorkloadOwnerKeyDigests": "ab"}, "WorkloadOwnerKeyDigests"),
+    ],
+    ids=["unknown field", "values a list", "entries a string", "unknown TEE", "policies", "keys"],
+)
+def test_a_manifest_of_the_wrong_shape_is_refused_and_kept(
+    workspace: GenerateWorkspace,
+    capsys: pytest.CaptureFixture[str],
+    document: dict[str, object],
+    message: str,
+) -> None:
+    prepared(workspace)
+    (workspace.root / "manifest.json").write_text(json.dumps(document))
+    err = _assert_refused_and_unchanged(workspace, capsys, message)
+    assert "manifest.json" in err
+    # Refused before anything was written: no rules, settings or keys appeared.
+    assert _top_level_files(workspace) == {"manifest.json"}
+    assert not (workspace.root / "emulated-tee").exists()
+
+
+def test_a_manifest_with_only_reference_values_is_a_starting_point(
+    workspace: GenerateWorkspace,
+) -> None:
+    # The README's promise: an operator may write the reference values before the first run.
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    values = workspace.manifest()["ReferenceValues"]
+    (workspace.root / "manifest.json").write_text(json.dumps({"ReferenceValues": values}))
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    assert workspace.manifest()["ReferenceValues"] == values
+    assert len(workspace.manifest()["Policies"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("edit", "location"),
+    [
+        (lambda rules: rules + "\nbroken_rule if {\n    x := 1\n", ":"),
+        (lambda rules: rules.replace("package agent_policy", "package other", 1), "package"),
+    ],
+    ids=["unclosed brace", "wrong package"],
+)
+def test_invalid_rules_are_refused_with_their_location(
+    workspace: GenerateWorkspace,
+    capsys: pytest.CaptureFixture[str],
+    edit: object,
+    location: str,
+) -> None:
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    rules = workspace.root / "rules.rego"
+    assert callable(edit)
+    rules.write_text(edit(rules.read_text()))
+    err = _assert_refused_and_unchanged(workspace, capsys, "rules.rego")
+    if location == ":":
+        lines = rules.read_text().count("\n") + 1
+        assert re.search(rf"rules\.rego:{lines}:\d+: ", err), err
+    else:
+        assert "package other" in err
+
+
+def test_documents_that_are_no_kubernetes_objects_are_warned_about(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prepared(workspace)
+    extra = workspace.resources / "odd.yml"
+    extra.write_text("- a\n- list\n---\njust a scalar\n---\n# only a comment\n")
+    capsys.readouterr()
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    err = capsys.readouterr().err
+    assert f"warning: {extra}: document 1: a list, not a Kubernetes object" in err
+    assert f"warning: {extra}: document 2: a string, not a Kubernetes object" in err
+    assert "document 3" not in err  # empty documents are fine
+    assert extra.read_text() == "- a\n- list\n---\njust a scalar\n---\n# only a comment\n"

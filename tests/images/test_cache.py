@@ -127,3 +127,4 @@ def test_concurrent_processes_keep_every_entry(tmp_path: Path) -> None:
     }
     assert {entry["diff_id"] for entry in entries} == expected
     assert len(entries) == len(expected)
+    assert [p.name for p in tmp_path.iterdir()] == ["layers-cache.json"]  # no lock left

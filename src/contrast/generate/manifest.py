@@ -75,21 +75,17 @@ def reference_values(
 
 
 def manifest_document(
-    previous: Mapping[str, Any] | None,
     identities: Sequence[WorkloadIdentity],
-    platforms: Sequence[Platform],
+    values: Mapping[str, list[dict[str, Any]]],
     keys: OwnerKeys,
-    provider: ReferenceProvider,
-) -> tuple[dict[str, Any], list[str]]:
-    previous = previous or {}
-    values, missing = reference_values(previous.get("ReferenceValues", {}), platforms, provider)
-    document: dict[str, Any] = {
+) -> dict[str, Any]:
+    """The manifest of these workloads, with `reference_values()` and the owners' keys."""
+    return {
         "Policies": policies(identities),
-        "ReferenceValues": values,
+        "ReferenceValues": dict(values),
         "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
         "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
     }
-    return document, missing
 
 
 def to_bytes(document: Mapping[str, Any]) -> bytes:

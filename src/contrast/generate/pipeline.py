@@ -12,10 +12,12 @@ over its own output changes nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ruamel.yaml.scalarbool import ScalarBoolean
 
 from contrast.files import write_atomically
 from contrast.generate import manifest as manifest_document
@@ -29,10 +31,14 @@ from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, yamlio
 from contrast.kuberesource.workloads import Workload
 from contrast.manifest.defaults import load_embedded
+from contrast.manifest.errors import ManifestError
+from contrast.manifest.model import ManifestDraft
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
+from contrast.policy.engine import PolicyLoadError, check_rules
 from contrast.policy.generate import PolicyGenerator, default_rules
 from contrast.policy.initdata import ANNOTATION
+from contrast.policy.settings import Settings
 
 CONFIG_KINDS = {"ConfigMap", "Secret"}
 
@@ -73,33 +79,94 @@ class Result:
     platforms: tuple[str, ...] = ()
 
 
-def _ensure_exists(path: Path, default: str, result: Result) -> None:
-    """`rules.rego` and `settings.json` are written once; afterwards the user's copies are used."""
-    if not path.exists():
-        write_atomically(path, default.encode())
-        result.written.append(path)
+@dataclass(frozen=True)
+class _WorkspaceText:
+    """`rules.rego` or `settings.json`: the user's copy, or the default to write on success."""
+
+    path: Path
+    text: str
+    new: bool
+
+    @classmethod
+    def read(cls, path: Path, default: str, what: str) -> _WorkspaceText:
+        if not path.exists():
+            return cls(path, default, new=True)
+        try:
+            return cls(path, path.read_text(), new=False)
+        except (OSError, UnicodeDecodeError) as error:
+            raise GenerateError(f"cannot read the {what} {path}: {error}") from None
 
 
-def _read_rules(path: Path) -> str:
+def _rules(path: Path) -> _WorkspaceText:
+    """The rules, parsed now: an error in them would otherwise be baked into every policy."""
+    rules = _WorkspaceText.read(path, default_rules(), "policy rules")
     try:
-        return path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
-        raise GenerateError(f"cannot read the policy rules {path}: {error}") from None
+        check_rules(rules.text, str(path))
+    except PolicyLoadError as error:
+        raise GenerateError(
+            error.message,
+            hint=error.hint or "fix the Rego there, or remove the file to get the default rules",
+        ) from None
+    return rules
+
+
+def _settings(path: Path) -> tuple[_WorkspaceText | None, Settings]:
+    """The settings (a file, or a directory with drop-ins), or the defaults to write."""
+    if path.exists():
+        return None, policy_settings.load_settings(path)
+    default = _WorkspaceText(path, policy_settings.default_settings_text(), new=True)
+    return default, Settings.from_text(default.text, str(path))
 
 
 def _previous_manifest(path: Path) -> dict[str, Any] | None:
+    """The manifest to start from, refused unless it has a manifest's fields and shapes.
+
+    Generate replaces the file, keeping only its reference values; a file that is not a
+    manifest (another tool's JSON, a typo in a field name) must not be replaced by one.
+    """
     if not path.exists():
         return None
+    problem = "fix or remove it; generate keeps its reference values"
     try:
         document = json.loads(path.read_bytes())
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
+        reason = "it nests too deeply" if isinstance(error, RecursionError) else str(error)
         raise GenerateError(
-            f"cannot read the existing manifest {path}: {error}",
-            hint="fix or remove it; generate keeps its reference values",
+            f"cannot read the existing manifest {path}: {reason}", hint=problem
         ) from None
     if not isinstance(document, dict):
-        raise GenerateError(f"the existing manifest {path} is not a JSON object")
+        raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
+    try:
+        ManifestDraft.from_document(document)
+    except ManifestError as error:
+        raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
     return document
+
+
+def _kind_of_value(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, bool | ScalarBoolean):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a value"
+
+
+def _not_objects(files: Sequence[yamlio.ResourceFile]) -> list[checks.CheckWarning]:
+    """Documents that are lists or scalars: no Kubernetes object, so generate skips them."""
+    return [
+        checks.CheckWarning(
+            f"{file.name}: document {number}",
+            f"{_kind_of_value(document)}, not a Kubernetes object; generate leaves it as it is",
+            "remove it, or make it a resource with apiVersion and kind",
+        )
+        for file in files
+        for number, document in enumerate(file.documents, start=1)
+        if document is not None and not isinstance(document, Mapping)
+    ]
 
 
 def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
@@ -121,13 +188,14 @@ def generate(
 ) -> Result:
     """Rewrite the resources under `options.paths` and write the workspace files."""
     result = Result()
-    _ensure_exists(options.rules, default_rules(), result)
-    _ensure_exists(options.settings, policy_settings.default_settings_text(), result)
-    generator = PolicyGenerator(
-        _read_rules(options.rules), policy_settings.load_settings(options.settings)
-    )
+    # Everything is read and checked first, and written last: a failure changes no file.
+    rules = _rules(options.rules)
+    new_settings, settings = _settings(options.settings)
+    previous = _previous_manifest(options.manifest)
+    generator = PolicyGenerator(rules.text, settings)
 
     files = yamlio.load_paths(options.paths)
+    result.warnings.extend(_not_objects(files))
     documents = [document for file in files for document in file.documents]
     choices = runtimeclass.resolve_all(
         [w for file in files for w in file.workloads()], options.platform
@@ -178,13 +246,6 @@ def generate(
             hint="add the output of `contrast coordinator-resources --platform P` to the resources",
         )
 
-    keys = ensure_owner_keys(
-        options.workload_owner_keys,
-        options.seedshare_owner_keys,
-        create_missing=options.create_keys,
-        disable_updates=options.disable_updates,
-    )
-    result.written.extend(keys.created)
     platforms = runtimeclass.used_platforms(choices)
     result.platforms = tuple(p.display_name for p in platforms)
     provider = references or ReferenceValueProvider(
@@ -193,11 +254,22 @@ def generate(
         if options.reference_values_file is None
         else load_embedded(options.reference_values_file),
     )
-    document, missing = manifest_document.manifest_document(
-        _previous_manifest(options.manifest), identities, platforms, keys, provider
+    values, result.missing_reference_values = manifest_document.reference_values(
+        (previous or {}).get("ReferenceValues", {}), platforms, provider
     )
-    result.missing_reference_values = missing
+    keys = ensure_owner_keys(
+        options.workload_owner_keys,
+        options.seedshare_owner_keys,
+        create_missing=options.create_keys,
+        disable_updates=options.disable_updates,
+    )
+    document = manifest_document.manifest_document(identities, values, keys)
 
+    for text in (rules, new_settings):
+        if text is not None and text.new:
+            write_atomically(text.path, text.text.encode())
+            result.written.append(text.path)
+    result.written.extend(keys.created)
     if options.output is not None:
         if yamlio.write_combined(files, options.output):
             result.written.append(options.output)

@@ -14,15 +14,15 @@ uncompressed layer size. Entries without `size` (genpolicy's, or malformed ones)
 are kept when the file is rewritten; unknown fields are ignored.
 
 Several `generate` runs may share one cache (CI matrix jobs, parallel Makefiles): saving takes an
-exclusive `fcntl` lock on a sibling `.lock` file, re-reads the file, merges and replaces it
-atomically, so no run loses another's entries. Readers need no lock: the file is only ever
-replaced whole. A cache that cannot be read is reported as a warning and rebuilt, never fatal.
-The cache is trusted input: a tampered entry changes the users a policy allows (as upstream warns).
+exclusive `fcntl` lock on a sibling `.lock` file (removed again afterwards), re-reads the file,
+merges and replaces it atomically, so no run loses another's entries. Readers need no lock: the
+file is only ever replaced whole. A cache that cannot be read is reported as a warning and
+rebuilt, never fatal. The cache is trusted input: a tampered entry changes the users a policy
+allows (as upstream warns).
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import threading
@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from contrast.files import write_atomically
+from contrast.files import exclusive_lock, write_atomically
 from contrast.images.layers import FILES, LayerFacts, LayerFile
 from contrast.images.reference import is_sha256_digest
 
@@ -67,26 +67,20 @@ class LayerCache:
             learned = dict(self._learned)
         if not learned:
             return
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-        with lock_path.open("a") as lock_file:
-            fcntl.flock(lock_file, fcntl.LOCK_EX)
-            try:
-                on_disk = _read_entries(self.path)
-                merged: dict[str, Any] = {}
-                for raw in on_disk:
-                    diff_id = raw.get("diff_id")
-                    if isinstance(diff_id, str):
-                        merged[diff_id] = raw
-                before = dict(merged)
-                for diff_id, facts in learned.items():
-                    merged[diff_id] = _entry(facts)
-                if merged != before or len(on_disk) != len(before):
-                    document = [merged[key] for key in sorted(merged)]
-                    text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
-                    write_atomically(self.path, text.encode())
-            finally:
-                fcntl.flock(lock_file, fcntl.LOCK_UN)
+        with exclusive_lock(self.path.with_name(self.path.name + ".lock")):
+            on_disk = _read_entries(self.path)
+            merged: dict[str, Any] = {}
+            for raw in on_disk:
+                diff_id = raw.get("diff_id")
+                if isinstance(diff_id, str):
+                    merged[diff_id] = raw
+            before = dict(merged)
+            for diff_id, facts in learned.items():
+                merged[diff_id] = _entry(facts)
+            if merged != before or len(on_disk) != len(before):
+                document = [merged[key] for key in sorted(merged)]
+                text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+                write_atomically(self.path, text.encode())
 
 
 def _read_entries(path: Path) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ import hashlib
 import json
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -45,15 +45,19 @@ class PolicyEntry(_Model):
     role: Role = Field(default=Role.NONE, alias="Role")
 
 
-class ReferenceValues(_Model):
-    """Per-platform reference values; a workload passes if any entry accepts its evidence.
+class ReferenceValueEntries(_Model):
+    """The shape of `ReferenceValues`: entries per TEE kind, each a JSON object.
 
-    Entries stay JSON objects here; `contrast.manifest.validators` turns them into the
+    Entries stay JSON objects here; `contrast.manifest.verifier` turns them into the
     attestation package's typed reference values, so this model does not depend on them.
     """
 
     snp: tuple[dict[str, Any], ...] = ()
     tdx: tuple[dict[str, Any], ...] = ()
+
+
+class ReferenceValues(ReferenceValueEntries):
+    """Per-platform reference values; a workload passes if any entry accepts its evidence."""
 
     @model_validator(mode="after")
     def _not_empty(self) -> ReferenceValues:
@@ -62,9 +66,18 @@ class ReferenceValues(_Model):
         return self
 
 
-class Manifest(_Model):
-    policies: dict[str, PolicyEntry] = Field(alias="Policies")
-    reference_values: ReferenceValues = Field(alias="ReferenceValues")
+class ManifestDraft(_Model):
+    """The manifest's fields and their formats, none of them required.
+
+    What `contrast generate` starts from: an operator may write only the reference values
+    before the first run, but a file with other fields, or fields of another shape, is not a
+    manifest, and generate must not replace it.
+    """
+
+    policies: dict[str, PolicyEntry] = Field(default_factory=dict, alias="Policies")
+    reference_values: ReferenceValueEntries = Field(
+        default_factory=ReferenceValueEntries, alias="ReferenceValues"
+    )
     workload_owner_key_digests: tuple[str, ...] = Field(default=(), alias="WorkloadOwnerKeyDigests")
     seedshare_owner_pub_keys: tuple[str, ...] = Field(default=(), alias="SeedshareOwnerPubKeys")
 
@@ -96,6 +109,21 @@ class Manifest(_Model):
                 raise ValueError(f"{value[:16]}…: {error}") from None
         return keys
 
+    @classmethod
+    def from_document(cls, document: Any) -> Self:
+        """Validate parsed JSON; a ManifestError names the first problem."""
+        try:
+            return cls.model_validate(document)
+        except ValidationError as error:
+            raise ManifestError(f"invalid manifest: {_describe(error)}") from None
+
+
+class Manifest(ManifestDraft):
+    """A whole manifest: policies with a Coordinator among them, and reference values."""
+
+    policies: dict[str, PolicyEntry] = Field(alias="Policies")
+    reference_values: ReferenceValues = Field(alias="ReferenceValues")
+
     @model_validator(mode="after")
     def _has_coordinator(self) -> Manifest:
         if not self.coordinator_policy_hashes:
@@ -112,10 +140,7 @@ class Manifest(_Model):
             document = load(data, MANIFEST_LIMITS, what="the manifest")
         except JsonInputError as error:
             raise ManifestError(error.message) from None
-        try:
-            return cls.model_validate(document)
-        except ValidationError as error:
-            raise ManifestError(f"invalid manifest: {_describe(error)}") from None
+        return cls.from_document(document)
 
     def to_bytes(self) -> bytes:
         document = self.model_dump(mode="json", by_alias=True)
@@ -131,5 +156,7 @@ def _describe(error: ValidationError) -> str:
     first = problems[0]
     location = ".".join(str(part) for part in first["loc"]) or "(document)"
     message = str(first["msg"]).removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = "not a field of the manifest"
     more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
     return f"{location}: {message}{more}"
