@@ -305,17 +305,31 @@ def test_generate_leaves_no_stray_files(workspace: GenerateWorkspace) -> None:
         ({"ReferenceValues": {"sev": [{}]}}, "ReferenceValues.sev"),
         ({"Policies": ["web"]}, "Policies"),
         ({"WorkloadOwnerKeyDigests": "ab"}, "WorkloadOwnerKeyDigests"),
+        ("[1, 2]", "not a JSON object"),
+        ('{"Policies": ', "is not JSON"),
+        ("[" * 100_000 + "]" * 100_000, "nests deeper"),
     ],
-    ids=["unknown field", "values a list", "entries a string", "unknown TEE", "policies", "keys"],
+    ids=[
+        "unknown field",
+        "values a list",
+        "entries a string",
+        "unknown TEE",
+        "policies",
+        "keys",
+        "an array",
+        "malformed",
+        "deep nesting",
+    ],
 )
 def test_a_manifest_of_the_wrong_shape_is_refused_and_kept(
     workspace: GenerateWorkspace,
     capsys: pytest.CaptureFixture[str],
-    document: dict[str, object],
+    document: dict[str, object] | str,
     message: str,
 ) -> None:
     prepared(workspace)
-    (workspace.root / "manifest.json").write_text(json.dumps(document))
+    text = document if isinstance(document, str) else json.dumps(document)
+    (workspace.root / "manifest.json").write_text(text)
     err = _assert_refused_and_unchanged(workspace, capsys, message)
     assert "manifest.json" in err
     # Refused before anything was written: no rules, settings or keys appeared.

@@ -11,7 +11,6 @@ over its own output changes nothing.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from contrast.boundedjson import JsonInputError, load
 from contrast.files import write_atomically
 from contrast.generate import manifest as manifest_document
 from contrast.generate import release_images
@@ -32,7 +32,7 @@ from contrast.kuberesource import checks, inject, runtimeclass, yamlio
 from contrast.kuberesource.workloads import Workload
 from contrast.manifest.defaults import load_embedded
 from contrast.manifest.errors import ManifestError
-from contrast.manifest.model import ManifestDraft
+from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
 from contrast.policy.engine import PolicyLoadError, check_rules
@@ -128,12 +128,11 @@ def _previous_manifest(path: Path) -> dict[str, Any] | None:
         return None
     problem = "fix or remove it; generate keeps its reference values"
     try:
-        document = json.loads(path.read_bytes())
-    except (OSError, ValueError, RecursionError) as error:
-        reason = "it nests too deeply" if isinstance(error, RecursionError) else str(error)
-        raise GenerateError(
-            f"cannot read the existing manifest {path}: {reason}", hint=problem
-        ) from None
+        document = load(path.read_bytes(), MANIFEST_LIMITS, what=f"the existing manifest {path}")
+    except OSError as error:
+        raise GenerateError(f"cannot read the existing manifest {path}: {error}") from None
+    except JsonInputError as error:
+        raise GenerateError(error.message, hint=problem) from None
     if not isinstance(document, dict):
         raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
     try:
