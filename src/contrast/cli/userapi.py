@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +114,12 @@ def run_set(arguments: argparse.Namespace) -> int:
     result = operations.set_manifest(
         target, workspace, arguments.resources, workload_owner_keys=keys
     )
+    if result.replaced_history is not None:
+        _warn(
+            f"the Coordinator had no manifest, but this workspace last saw transition"
+            f" {result.replaced_history.hex()} of another history: a new history begins (if"
+            " this is not a new deployment, the Coordinator's state was lost)"
+        )
     print("✔ Manifest set" + (" (first manifest)" if result.first else " (update)"))
     for path in result.written:
         print(f"  wrote {path}")
@@ -122,6 +129,8 @@ def run_set(arguments: argparse.Namespace) -> int:
 def run_verify(arguments: argparse.Namespace) -> int:
     target, workspace = _target(arguments)
     result = operations.verify(target, workspace)
+    if not result.seen.checkable:
+        _warn(result.seen.unchecked_warning())
     print(f"✔ Verified: the active manifest is {target.manifest_path}")
     print(f"  wrote {result.directory} ({result.manifests} manifests in the history)")
     return 0
@@ -129,11 +138,17 @@ def run_verify(arguments: argparse.Namespace) -> int:
 
 def run_recover(arguments: argparse.Namespace) -> int:
     target, workspace = _target(arguments)
-    operations.recover(
+    seen = operations.recover(
         target,
         workspace,
         seedshare_owner_key=arguments.seedshare_owner_key or workspace.path(SEEDSHARE_OWNER_KEY),
         seed_shares=arguments.seed or workspace.path(SEED_SHARES),
     )
+    if not seen.checkable:
+        _warn(seen.unchecked_warning())
     print("✔ Coordinator recovered")
     return 0
+
+
+def _warn(message: str) -> None:
+    print(f"contrast: warning: {message}", file=sys.stderr)

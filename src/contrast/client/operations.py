@@ -22,6 +22,7 @@ from contrast.api.services import UserApiClient
 from contrast.atls.client import AttestedConnection, connect_attested, rpc_message
 from contrast.atls.reportdata import public_key_der
 from contrast.client.resources import collect_policies
+from contrast.client.transitions import LastSeen, RolledBack, check_history, last_seen, record
 from contrast.client.workspace import (
     LATEST_TRANSITION,
     MESH_CA,
@@ -84,6 +85,8 @@ def _no_manifest_yet(error: grpc.RpcError) -> bool:
 class SetResult:
     first: bool
     written: list[Path]
+    # A first manifest over a workspace that remembered another history: the head it held.
+    replaced_history: bytes | None = None
 
 
 def set_manifest(
@@ -116,6 +119,7 @@ def set_manifest(
             f"a resource under {resources} has policy {unknown[0]}, which the manifest lacks",
             hint="run contrast generate again so that resources and manifest agree",
         )
+    seen = last_seen(workspace)
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
@@ -130,6 +134,7 @@ def set_manifest(
             current = None
         if current is not None:
             previous = current.LatestTransition.TransitionHash
+            check_history(seen, current.Manifests, previous)  # never update a rolled-back one
             key = _owner_key(workload_owner_keys)
             request.PreviousTransitionHash = previous
             request.WorkloadOwnerPublicKey = public_key_der(key.public_key())
@@ -137,18 +142,28 @@ def set_manifest(
         else:
             request.PreviousTransitionHash = ZERO_HASH
         response = _call("SetManifest", lambda: client.set_manifest(request))
-        latest = _call("GetManifests", client.get_manifests).LatestTransition
+        after = _call("GetManifests", client.get_manifests)
     finally:
         connection.close()
+    head = after.LatestTransition.TransitionHash
+    try:
+        chain = check_history(seen, after.Manifests, head)
+        replaced = None
+    except RolledBack:
+        if current is not None:
+            raise
+        # A first manifest starts a new history: what the workspace saw belongs to another.
+        seen, replaced = LastSeen(seen.path, None), seen.transition_hash
+        chain = check_history(seen, after.Manifests, head)
     written = [
         workspace.write_public(ROOT_CA, response.RootCA),
         workspace.write_public(MESH_CA, response.MeshCA),
-        workspace.write_public(LATEST_TRANSITION, latest.TransitionHash.hex().encode() + b"\n"),
+        record(workspace, seen, chain),
     ]
     if response.HasField("SeedSharesDoc"):
         document = seed_shares_from_proto(response.SeedSharesDoc)
         written.append(workspace.write_private(SEED_SHARES, document.to_json()))
-    return SetResult(first=current is None, written=written)
+    return SetResult(first=current is None, written=written, replaced_history=replaced)
 
 
 def _owner_key(paths: Sequence[Path]) -> ec.EllipticCurvePrivateKey:
@@ -167,6 +182,7 @@ class VerifyResult:
     directory: Path
     manifests: int
     matches: bool
+    seen: LastSeen  # what the workspace remembered, so whether rollback could be checked
 
 
 def verify(target: Target, workspace: Workspace) -> VerifyResult:
@@ -175,12 +191,14 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
     Fails (after writing) if the active manifest is not byte for byte the local one.
     """
     manifest, manifest_bytes = load_manifest(target.manifest_path)
+    seen = last_seen(workspace)
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
         history = _call("GetManifests", client.get_manifests)
     finally:
         connection.close()
+    chain = check_history(seen, history.Manifests, history.LatestTransition.TransitionHash)
     directory = workspace.verify_dir
     output = Workspace(directory)
     output.write_public(ROOT_CA, history.RootCA)
@@ -189,42 +207,42 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
         output.write_public(f"manifest.{index}.json", document)
     for policy in history.Policies:
         output.write_public(f"initdata.{digest(policy).hex()}.toml", policy)
-    latest = history.LatestTransition.TransitionHash.hex().encode() + b"\n"
-    output.write_public(LATEST_TRANSITION, latest)
-    workspace.write_public(LATEST_TRANSITION, latest)
+    record(output, LastSeen(output.path(LATEST_TRANSITION), None), chain)
+    record(workspace, seen, chain)
     active = history.Manifests[-1] if history.Manifests else b""
     if active != manifest_bytes:
         raise OperationFailed(
             f"the Coordinator's active manifest differs from {target.manifest_path}",
             hint=f"compare with {directory}/manifest.{len(history.Manifests) - 1}.json",
         )
-    return VerifyResult(directory, len(history.Manifests), matches=True)
+    return VerifyResult(directory, len(history.Manifests), matches=True, seen=seen)
 
 
 def recover(
     target: Target, workspace: Workspace, *, seedshare_owner_key: Path, seed_shares: Path
-) -> None:
-    """Attest the restarted Coordinator and hand it the seed from our seed share."""
+) -> LastSeen:
+    """Attest the restarted Coordinator and hand it the seed from our seed share.
+
+    Returns what the workspace remembered: the Coordinator refuses to recover a history without
+    that transition, and without it rollback could not be checked.
+    """
     manifest, _ = load_manifest(target.manifest_path)
     key = load_seedshare_owner_key(seedshare_owner_key)
     document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
     seed = document.decrypt(key)
-    expected = b""
-    latest_file = workspace.path(LATEST_TRANSITION)
-    if latest_file.exists():
-        expected = bytes.fromhex(read_file(latest_file, "latest transition").decode().strip())
+    seen = last_seen(workspace)
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
         request = userapi_pb2.RecoverRequest(
-            Seed=seed, Salt=document.salt, ExpectedTransitionHash=expected
+            Seed=seed, Salt=document.salt, ExpectedTransitionHash=seen.transition_hash or b""
         )
         _call("Recover", lambda: client.recover(request))
         history = _call("GetManifests", client.get_manifests)
     finally:
         connection.close()
+    chain = check_history(seen, history.Manifests, history.LatestTransition.TransitionHash)
     workspace.write_public(ROOT_CA, history.RootCA)
     workspace.write_public(MESH_CA, history.MeshCA)
-    workspace.write_public(
-        LATEST_TRANSITION, history.LatestTransition.TransitionHash.hex().encode() + b"\n"
-    )
+    record(workspace, seen, chain)
+    return seen

@@ -99,6 +99,20 @@ class LatestTransition:
             ) from None
 
 
+def transition_hashes(manifests: list[bytes]) -> list[bytes]:
+    """The transition hashes of the history that holds `manifests` (oldest first), in order.
+
+    A client that got the manifests (GetManifests) recomputes the chain with this, to check it
+    against the head the Coordinator reports and against the one it saw before.
+    """
+    chain: list[bytes] = []
+    previous = ZERO_HASH
+    for manifest in manifests:
+        previous = Transition(digest(manifest), previous).digest
+        chain.append(previous)
+    return chain
+
+
 class History:
     """Typed access to a store holding the manifest history."""
 
