@@ -217,3 +217,87 @@ def test_set_refuses_unbounded_yaml_before_connecting(
     assert "bomb.yml" in err
     assert message in err
     assert not (cluster.workspace / "seed-shares.json").exists()
+
+
+BAD_FLAGS = [
+    (["--coordinator-policy-hash", "zz"], "--coordinator-policy-hash 'zz'"),
+    (["--coordinator-policy-hash", "ab" * 31], "64 hex digits"),
+    (["--coordinator-policy-hash", "ab" * 32 + "0"], "64 hex digits"),
+    (["--timeout", "nan"], "--timeout"),
+    (["--timeout", "-1"], "--timeout"),
+    (["--timeout", "0"], "--timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--timeout", "1e308"], "--timeout"),
+]
+
+
+@pytest.mark.parametrize("command", ["set", "verify", "recover"])
+@pytest.mark.parametrize(("flags", "message"), BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
+def test_bad_flags_are_one_line_and_change_nothing(
+    cluster: Cluster,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    flags: list[str],
+    message: str,
+) -> None:
+    before = sorted(p.name for p in cluster.workspace.iterdir())
+    code, out, err = contrast(cluster, capsys, command, *flags)
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert "internal error" not in err
+    assert message in err
+    assert sorted(p.name for p in cluster.workspace.iterdir()) == before
+
+
+def test_an_upper_case_policy_hash_is_the_same_hash(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tests.cli.conftest import COORDINATOR
+
+    upper = COORDINATOR.policy_hash.hex().upper()
+    code, _, err = contrast(cluster, capsys, "set", "--coordinator-policy-hash", upper)
+    assert code == 0, err
+
+
+def test_set_names_a_missing_resources_directory(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = cluster.workspace / "no-such-dir"
+    code, _, err = run(
+        capsys, "set", "-c", cluster.user_api, "--workspace-dir", str(cluster.workspace),
+        str(missing),
+    )  # fmt: skip
+    assert code == 1
+    assert f"{missing} is not a directory" in err
+
+
+def test_verify_into_a_file_named_verify_is_one_line(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    (cluster.workspace / "verify").write_text("not a directory")
+    code, _, err = contrast(cluster, capsys, "verify")
+    assert code == 1
+    assert err.count("\n") == 1
+    assert "internal error" not in err
+    assert "cannot write" in err
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"Salt": "00"}, "lacks SeedShares"),
+        ({"SeedShares": [{"PublicKey": "k", "EncryptedSeed": "zz"}], "Salt": "00"}, "hex"),
+        ({"SeedShares": 5, "Salt": "00"}, "SeedShares"),
+    ],
+    ids=["missing field", "not hex", "wrong type"],
+)
+def test_recover_explains_a_malformed_seed_share_document(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str], document: object, message: str
+) -> None:
+    (cluster.workspace / "seed-shares.json").write_text(json.dumps(document))
+    code, _, err = contrast(cluster, capsys, "recover")
+    assert code == 1
+    assert err.count("\n") == 1
+    assert message in err
+    assert "Error(" not in err  # no exception repr

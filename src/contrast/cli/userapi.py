@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,11 @@ from contrast.client.workspace import (
     WORKLOAD_OWNER_KEY,
     Workspace,
 )
+from contrast.errors import ContrastError
+
+_POLICY_HASH = re.compile(r"[0-9a-fA-F]{64}")
+# One call to the Coordinator; an hour is far beyond any answer it gives.
+MAX_TIMEOUT_SECONDS = 3600.0
 
 
 def register(commands: Any) -> None:
@@ -97,19 +103,43 @@ def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--timeout", type=float, default=30.0, help="seconds per call")
 
 
+def _policy_hash(value: str) -> str:
+    if not _POLICY_HASH.fullmatch(value):
+        raise ContrastError(
+            f"--coordinator-policy-hash {value!r} is not a policy hash",
+            hint="give the 64 hex digits of the Coordinator's policy hash",
+        )
+    return value.lower()
+
+
+def _timeout(value: float) -> float:
+    # gRPC turns the timeout into a deadline: NaN, negative and huge values break it.
+    if not 0 < value <= MAX_TIMEOUT_SECONDS:  # also false for NaN
+        raise ContrastError(
+            f"--timeout {value} is not a number of seconds",
+            hint=f"give more than 0 and at most {MAX_TIMEOUT_SECONDS} seconds",
+        )
+    return value
+
+
 def _target(arguments: argparse.Namespace) -> tuple[operations.Target, Workspace]:
     workspace = Workspace(arguments.workspace_dir)
     target = operations.Target(
         address=arguments.coordinator,
         manifest_path=arguments.manifest or workspace.path(MANIFEST),
-        coordinator_policy_hashes=tuple(arguments.coordinator_policy_hash),
-        timeout=arguments.timeout,
+        coordinator_policy_hashes=tuple(map(_policy_hash, arguments.coordinator_policy_hash)),
+        timeout=_timeout(arguments.timeout),
     )
     return target, workspace
 
 
 def run_set(arguments: argparse.Namespace) -> int:
     target, workspace = _target(arguments)
+    if not arguments.resources.is_dir():
+        raise ContrastError(
+            f"{arguments.resources} is not a directory",
+            hint="pass the directory of the resources contrast generate wrote",
+        )
     keys = arguments.workload_owner_key or [workspace.path(WORKLOAD_OWNER_KEY)]
     result = operations.set_manifest(
         target, workspace, arguments.resources, workload_owner_keys=keys

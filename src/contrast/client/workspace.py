@@ -48,13 +48,20 @@ class Workspace:
         return self.root / VERIFY_DIR
 
     def write_public(self, name: str, data: bytes) -> Path:
-        path = self.path(name)
-        write_atomically(path, data, mode=0o644)
-        return path
+        return self._write(name, data, 0o644)
 
     def write_private(self, name: str, data: bytes) -> Path:
+        return self._write(name, data, 0o600)
+
+    def _write(self, name: str, data: bytes, mode: int) -> Path:
         path = self.path(name)
-        write_atomically(path, data, mode=0o600)
+        try:
+            write_atomically(path, data, mode=mode)
+        except OSError as error:
+            raise WorkspaceError(
+                f"cannot write {path}: {error.strerror or error}",
+                hint="check that the workspace directory is writable and nothing is in the way",
+            ) from None
         return path
 
 

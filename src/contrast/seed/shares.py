@@ -109,5 +109,11 @@ class SeedShareDocument:
                 for item in document["SeedShares"]
             )
             return cls(shares, bytes.fromhex(document["Salt"]))
-        except (ValueError, KeyError, TypeError) as error:
-            raise SeedShareError(f"not a seed share document: {error!r}") from None
+        except KeyError as error:
+            raise SeedShareError(f"not a seed share document: it lacks {error.args[0]}") from None
+        except (ValueError, TypeError) as error:
+            # ValueError: a field that is not hex; the others: a field of another JSON type.
+            raise SeedShareError(
+                f"not a seed share document: SeedShares must list objects with hex"
+                f" EncryptedSeed and Salt must be hex ({error})"
+            ) from None
