@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.cli.main import main
 from tests.conftest import ATTESTATION_DATA, REPO, Vector, expected_snp_claims, load_vectors
 
@@ -141,3 +143,47 @@ def test_bad_time_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
         main(["evidence", "verify", "x", "--at", "yesterday"])
     assert exit_info.value.code == 2
     assert "not an ISO 8601 time" in capsys.readouterr().err
+
+
+def _files(directory: Path) -> list[str]:
+    return sorted(str(p.relative_to(directory)) for p in directory.rglob("*"))
+
+
+@pytest.mark.parametrize("tee", ["snp", "tdx"])
+def test_emulated_roots_from_a_directory_without_them_write_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tee: str
+) -> None:
+    # Verification only reads roots: an empty directory once got a fresh key hierarchy.
+    evidence = tmp_path / "evidence.bin"
+    evidence.write_bytes(bytes(1184) if tee == "snp" else bytes(1024))
+    roots = tmp_path / "roots"
+    roots.mkdir()
+    code, out, err = run(
+        capsys, "evidence", "verify", str(evidence), "--format", tee, "--emulated-roots", str(roots)
+    )
+    assert (code, out) == (1, "")
+    assert err.count("\n") == 1
+    assert f"no emulated {tee.upper()} roots in {roots}" in err
+    assert _files(roots) == []
+
+
+def test_emulated_snp_evidence_verifies_with_the_public_roots_alone(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    tee = EmulatedSnp(tmp_path / "tee")
+    report, (vcek,) = tee.issue(bytes(64))
+    (tmp_path / "report.bin").write_bytes(report)
+    (tmp_path / "vcek.der").write_bytes(vcek)
+    # What a data owner is given: the certificates, none of the private keys.
+    public = tmp_path / "roots" / "snp" / "milan"
+    public.mkdir(parents=True)
+    for name in ("ark.pem", "ask.pem", "asvk.pem"):
+        shutil.copy(tmp_path / "tee" / "snp" / "milan" / name, public / name)
+    before = _files(tmp_path / "roots")
+    code, out, err = run(
+        capsys, "evidence", "verify", str(tmp_path / "report.bin"),
+        "--cert", str(tmp_path / "vcek.der"), "--emulated-roots", str(tmp_path / "roots"),
+    )  # fmt: skip
+    assert code == 0, err
+    assert out.startswith("valid SNP evidence")
+    assert _files(tmp_path / "roots") == before

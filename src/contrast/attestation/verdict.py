@@ -11,11 +11,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from contrast.attestation import certificates
-from contrast.attestation.emulated.snp import EmulatedSnp
-from contrast.attestation.emulated.tdx import EmulatedTdx
+from contrast.attestation.emulated.snp import load_roots as load_snp_roots
+from contrast.attestation.emulated.tdx import load_roots as load_tdx_roots
 from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.evidence import Platform
 from contrast.attestation.snp import verify as snp_verify
@@ -25,6 +25,8 @@ from contrast.attestation.tdx import verify as tdx_verify
 from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
 from contrast.errors import ContrastError
+
+_Roots = TypeVar("_Roots", AmdRootStore, IntelRootStore)
 
 
 @dataclass(frozen=True)
@@ -91,19 +93,19 @@ def verify_tdx(
 
 
 def emulated_snp_roots(state_dir: Path) -> AmdRootStore:
-    """The roots of the emulated SNP TEE whose state is in `state_dir` (which must exist)."""
-    _require_state(state_dir)
-    return EmulatedSnp(state_dir).roots
+    """The roots of the emulated SNP TEE whose state is in `state_dir`, only read, never made."""
+    return _require_roots(load_snp_roots(state_dir), state_dir, "SNP")
 
 
 def emulated_tdx_roots(state_dir: Path) -> IntelRootStore:
-    _require_state(state_dir)
-    return EmulatedTdx(state_dir).roots
+    """The roots of the emulated TDX TEE whose state is in `state_dir`, only read, never made."""
+    return _require_roots(load_tdx_roots(state_dir), state_dir, "TDX")
 
 
-def _require_state(state_dir: Path) -> None:
-    if not state_dir.is_dir():
+def _require_roots(roots: _Roots | None, state_dir: Path, tee: str) -> _Roots:
+    if roots is None:
         raise ContrastError(
-            f"no emulated TEE state in {state_dir}",
+            f"no emulated {tee} roots in {state_dir}",
             hint="pass the directory the emulated TEE was created in (e.g. WORKDIR/.state/tee)",
         )
+    return roots

@@ -91,6 +91,25 @@ _FILES = (
 )
 
 
+_ROOT_FILES = ("ark.pem", "ask.pem", "asvk.pem")
+
+
+def load_roots(state_dir: Path, product: Product = Product.MILAN) -> AmdRootStore | None:
+    """The roots an emulated SNP TEE's reports chain to, read from `state_dir`; None if absent.
+
+    For verifiers: only the three certificates are read and nothing is ever created, so a
+    verifier can be given the roots without the private keys that issue reports.
+    """
+    directory = Path(state_dir) / "snp" / product.value.lower()
+    if not all((directory / name).is_file() for name in _ROOT_FILES):
+        return None
+    ark, ask, asvk = (
+        load_certificate((directory / name).read_bytes(), what=f"emulated {name}")
+        for name in _ROOT_FILES
+    )
+    return AmdRootStore({product: ProductRoots(ark=ark, ask=ask, asvk=asvk)}, genuine=False)
+
+
 class EmulatedSnp:
     """A software SNP chip with its own ARK → ASK → VCEK hierarchy (and an ASVK)."""
 

@@ -106,6 +106,24 @@ class _Hierarchy:
         )[1:]
 
 
+def load_roots(state_dir: Path) -> IntelRootStore | None:
+    """The roots an emulated TDX TEE's quotes chain to, read from `state_dir`; None if absent.
+
+    For verifiers: only certificates are read (the chain's last one is the root) and nothing
+    is ever created, so a verifier can be given the roots without the private keys.
+    """
+    directory = Path(state_dir) / "tdx"
+    chain_file, tcb_signing_file = directory / "chain.pem", directory / "tcb_signing.pem"
+    if not (chain_file.is_file() and tcb_signing_file.is_file()):
+        return None
+    try:
+        *_, root = x509.load_pem_x509_certificates(chain_file.read_bytes())
+    except ValueError:
+        raise _issuer_error(f"{chain_file} holds no PEM certificates") from None
+    tcb_signing = load_certificate(tcb_signing_file.read_bytes(), what="emulated TCB signing")
+    return IntelRootStore(root, (tcb_signing,), genuine=False)
+
+
 class EmulatedTdx:
     """The emulated TDX guest and quoting enclave, with its hierarchy in `state_dir/tdx`."""
 
