@@ -24,6 +24,7 @@ from contrast.coordinator.errors import (
 )
 from contrast.manifest.ownership import sign_update
 from contrast.seed.engine import SeedEngine
+from tests.attestation.dermutations import with_duplicate_extension, with_version
 from tests.coordinator.conftest import Deployment, policy_hash
 
 ZERO = bytes(32)
@@ -255,3 +256,27 @@ def test_a_revoked_vcek_is_refused(deployment: Deployment) -> None:
     )
     with pytest.raises(PermissionDenied, match="certificate_revoked"):
         coordinator.new_mesh_certificate(nonce, public_key_der(key.public_key()), with_crl)
+
+
+@pytest.mark.parametrize("malformation", ["duplicate extension", "unknown version"])
+def test_a_malformed_vcek_is_a_counted_attestation_failure(
+    deployment: Deployment, malformation: str
+) -> None:
+    coordinator, _, _ = ready(deployment)
+    key, nonce, evidence = mesh_request(coordinator, deployment, "web")
+    vcek = deployment.tee.vcek.public_bytes(Encoding.DER)
+    assert vcek in evidence.endorsements
+    broken = (
+        with_duplicate_extension(vcek)
+        if malformation == "duplicate extension"
+        else with_version(vcek, 5)
+    )
+    endorsements = tuple(broken if e == vcek else e for e in evidence.endorsements)
+    with pytest.raises(PermissionDenied, match="malformed_certificate"):
+        coordinator.new_mesh_certificate(
+            nonce, public_key_der(key.public_key()), replace(evidence, endorsements=endorsements)
+        )
+    failures = coordinator.metrics.registry.get_sample_value(
+        "contrast_meshapi_attestation_failures_total"
+    )
+    assert failures == 1

@@ -2,12 +2,18 @@
 
 Thin wrappers over `cryptography` that turn its exceptions into `AttestationError`s with reason
 codes, and that take "now" as a parameter: validity is never checked against the wall clock here.
+
+`cryptography` parses most fields of a certificate or CRL only when they are first read, so a
+certificate that loads can still raise `DuplicateExtension`, `InvalidVersion` or `ValueError`
+later, deep inside a verifier. The loaders here read every field once, so whatever they return
+is fully parsed and malformed input is refused where it enters, as `MalformedEvidence`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from cryptography import x509
@@ -20,28 +26,72 @@ from cryptography.utils import CryptographyDeprecationWarning
 from contrast.attestation.errors import MalformedEvidence, Reason, VerificationFailed
 
 _PEM_MARKER = b"-----BEGIN CERTIFICATE-----"
+# What `cryptography` raises for malformed contents, at load or when a field is first read
+# (and the warnings it gives for out-of-range values, made errors by `_parsing`).
+_PARSE_ERRORS = (
+    ValueError,
+    TypeError,
+    UnsupportedAlgorithm,
+    x509.DuplicateExtension,
+    x509.InvalidVersion,
+    x509.UnsupportedGeneralNameType,
+    UserWarning,
+)
+
+
+@contextmanager
+def _parsing() -> Iterator[None]:
+    """Warnings about malformed values (a 3-letter country) are errors; AMD's serial 0 is not.
+
+    AMD issues VCEKs and VLEKs with serial number 0, which RFC 5280 forbids and `cryptography`
+    loads with a deprecation warning; those certificates are what real hardware presents.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+        yield
 
 
 def load_certificates(data: bytes, *, what: str = "certificate") -> list[x509.Certificate]:
-    """Load one DER certificate or any number of PEM certificates.
+    """Load one DER certificate or any number of PEM certificates, every field parsed.
 
-    AMD issues VCEKs and VLEKs with serial number 0, which RFC 5280 forbids and `cryptography`
-    loads with a deprecation warning; the warning is silenced here because those certificates are
-    what real hardware presents. Trailing NUL bytes (as in TDX quotes) are ignored.
+    Trailing NUL bytes (as in TDX quotes) are ignored.
     """
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", CryptographyDeprecationWarning)
+    with _parsing():
         try:
             if _PEM_MARKER in data:
                 certificates = x509.load_pem_x509_certificates(data.rstrip(b"\0"))
             else:
                 certificates = [x509.load_der_x509_certificate(data)]
-        except (ValueError, TypeError, UnsupportedAlgorithm) as error:
+        except _PARSE_ERRORS as error:
             raise MalformedEvidence(
                 Reason.MALFORMED_CERTIFICATE,
                 f"{what} is neither a DER nor a PEM X.509 certificate: {error}",
             ) from None
+        for certificate in certificates:
+            try:
+                _read_every_field(certificate)
+            except _PARSE_ERRORS as error:
+                raise MalformedEvidence(
+                    Reason.MALFORMED_CERTIFICATE,
+                    f"{what} is a malformed X.509 certificate: {type(error).__name__}: {error}",
+                ) from None
     return certificates
+
+
+def _read_every_field(certificate: x509.Certificate) -> None:
+    """Make `cryptography` parse each field now (see the module docstring)."""
+    _ = (
+        certificate.version,
+        certificate.serial_number,
+        certificate.issuer,
+        certificate.subject,
+        certificate.not_valid_before_utc,
+        certificate.not_valid_after_utc,
+        certificate.signature_algorithm_oid,
+        certificate.extensions,
+        certificate.public_key(),
+    )
 
 
 def load_certificate(data: bytes, *, what: str = "certificate") -> x509.Certificate:
@@ -147,15 +197,31 @@ def check_not_revoked(
 
 
 def load_crl(data: bytes, *, what: str) -> x509.CertificateRevocationList:
-    """Load a DER or PEM CRL."""
+    """Load a DER or PEM CRL, every field of it and of its entries parsed."""
     try:
-        if data.lstrip().startswith(b"-----BEGIN"):
-            return x509.load_pem_x509_crl(data)
-        return x509.load_der_x509_crl(data)
-    except ValueError as error:
+        with _parsing():
+            if data.lstrip().startswith(b"-----BEGIN"):
+                crl = x509.load_pem_x509_crl(data)
+            else:
+                crl = x509.load_der_x509_crl(data)
+            _read_every_crl_field(crl)
+    except _PARSE_ERRORS as error:
         raise MalformedEvidence(
             Reason.MALFORMED_COLLATERAL, f"{what} is not a DER or PEM CRL: {error}"
         ) from None
+    return crl
+
+
+def _read_every_crl_field(crl: x509.CertificateRevocationList) -> None:
+    _ = (
+        crl.issuer,
+        crl.last_update_utc,
+        crl.next_update_utc,
+        crl.signature_algorithm_oid,
+        crl.extensions,
+    )
+    for entry in crl:
+        _ = (entry.serial_number, entry.revocation_date_utc, entry.extensions)
 
 
 def verify_ecdsa(

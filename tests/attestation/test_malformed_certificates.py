@@ -1,0 +1,125 @@
+"""Malformed certificates and CRLs are invalid evidence with a reason, never a crash (issue 11).
+
+`cryptography` parses most fields of a certificate or CRL only when they are first read, so a VCEK
+with an extension listed twice, an X.509 version that does not exist or a name that does not
+decode used to pass loading and blow up deep inside a verifier as `DuplicateExtension`,
+`InvalidVersion` or `ValueError`. The real vectors are edited inside their DER structure, so each
+edit reaches exactly the field it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from contrast.attestation.errors import Reason
+from contrast.attestation.verdict import verify_snp, verify_tdx
+from contrast.cli.main import main
+from tests.attestation.dermutations import (
+    structural_mutations,
+    with_duplicate_extension,
+    with_undecodable_name,
+    with_version,
+)
+from tests.attestation.tdx.vectors import collateral_paths, quote_bytes, valid_at, vector
+from tests.conftest import ATTESTATION_DATA
+
+SNP = ATTESTATION_DATA / "snp" / "oak-milan-v3-cb"
+REPORT = (SNP / "report.bin").read_bytes()
+VCEK = (SNP / "vcek.der").read_bytes()
+MILAN = ATTESTATION_DATA / "roots" / "amd" / "milan"
+ASK, ARK = (MILAN / "ask.pem").read_bytes(), (MILAN / "ark.pem").read_bytes()
+SNP_NOW = datetime(2025, 2, 4, tzinfo=UTC)
+
+TDX = vector("trustee-quote4-v4-debug")
+QUOTE = quote_bytes(TDX)
+COLLATERAL = {path.name: path.read_bytes() for path in collateral_paths(TDX)}
+TDX_NOW = valid_at(TDX)
+
+CERTIFICATE_MALFORMATIONS: dict[str, Callable[[bytes], bytes]] = {
+    "duplicate extension": with_duplicate_extension,
+    "unknown version": lambda der: with_version(der, 5),
+    "undecodable subject": with_undecodable_name,
+}
+
+
+def test_the_vectors_verify_as_they_are() -> None:
+    assert verify_snp(REPORT, endorsements=[VCEK], now=SNP_NOW).valid
+    assert verify_tdx(QUOTE, collateral=list(COLLATERAL.values()), now=TDX_NOW).valid
+
+
+@pytest.mark.parametrize("malformation", CERTIFICATE_MALFORMATIONS)
+def test_a_malformed_vcek_is_invalid_evidence(malformation: str) -> None:
+    vcek = CERTIFICATE_MALFORMATIONS[malformation](VCEK)
+    verdict = verify_snp(REPORT, endorsements=[vcek], now=SNP_NOW)
+    assert verdict.reason is Reason.MALFORMED_CERTIFICATE, verdict
+    assert verdict.detail is not None
+    assert verdict.detail.startswith("SNP endorsement")
+
+
+@pytest.mark.parametrize("crl", ["root_ca_crl.der", "pck_crl_platform.der"])
+def test_a_crl_whose_issuer_does_not_decode_is_invalid_collateral(crl: str) -> None:
+    collateral = dict(COLLATERAL)
+    collateral[crl] = with_undecodable_name(collateral[crl], "crl")
+    verdict = verify_tdx(QUOTE, collateral=list(collateral.values()), now=TDX_NOW)
+    assert verdict.reason is Reason.MALFORMED_COLLATERAL, verdict
+
+
+@pytest.mark.parametrize("malformation", CERTIFICATE_MALFORMATIONS)
+def test_evidence_verify_prints_one_verdict_for_a_malformed_vcek(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, malformation: str
+) -> None:
+    vcek = tmp_path / "vcek.der"
+    vcek.write_bytes(CERTIFICATE_MALFORMATIONS[malformation](VCEK))
+    code = main(
+        ["evidence", "verify", str(SNP / "report.bin"), "--cert", str(vcek),
+         "--at", "2025-02-04T00:00:00Z"]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert (code, err) == (1, "")
+    assert out.startswith("invalid (malformed_certificate): SNP endorsement")
+
+
+@settings(max_examples=300)
+@given(data=st.data())
+def test_a_vcek_with_structural_mutations_is_an_invalid_verdict(data: st.DataObject) -> None:
+    mutated = data.draw(structural_mutations(VCEK))
+    verdict = verify_snp(REPORT, endorsements=[mutated, ASK, ARK], now=SNP_NOW)
+    assert not verdict.valid or mutated == VCEK
+
+
+@settings(max_examples=200)
+@given(which=st.sampled_from([ASK, ARK]), data=st.data())
+def test_given_amd_certificates_with_structural_mutations_are_a_verdict(
+    which: bytes, data: st.DataObject
+) -> None:
+    # The ASK and ARK are pinned by the roots: a given copy that differs is not trusted, so the
+    # verdict may be either; it must be a verdict.
+    mutated = data.draw(structural_mutations(_der_of_pem(which)))
+    verify_snp(REPORT, endorsements=[VCEK, mutated], now=SNP_NOW)
+
+
+@settings(max_examples=300)
+@given(
+    name=st.sampled_from(sorted(name for name in COLLATERAL if name.endswith(".der"))),
+    data=st.data(),
+)
+def test_tdx_collateral_with_structural_mutations_is_a_verdict(
+    name: str, data: st.DataObject
+) -> None:
+    # A CRL whose issuer is not in the chain does not concern it and is skipped, so the verdict
+    # may be either; it must be a verdict.
+    collateral = dict(COLLATERAL)
+    collateral[name] = data.draw(structural_mutations(collateral[name]))
+    verify_tdx(QUOTE, collateral=list(collateral.values()), now=TDX_NOW)
+
+
+def _der_of_pem(pem: bytes) -> bytes:
+    return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
