@@ -71,14 +71,22 @@ class CoordinatorProcess:
             self._channels[service] = pinned_channel(target, fetch_certificate(target))
         return self._channels[service]
 
-    def call(self, method: services.Method[Any, Any], payload: bytes) -> grpc.StatusCode:
-        """Send raw request bytes; the status code of the answer."""
+    def answer(
+        self, method: services.Method[Any, Any], payload: bytes
+    ) -> tuple[grpc.StatusCode, bytes]:
+        """Send raw request bytes; the status code and the response bytes (empty on error)."""
         try:
-            self.channel(method.service).unary_unary(method.path)(payload, timeout=20)
+            response: bytes = self.channel(method.service).unary_unary(method.path)(
+                payload, timeout=20
+            )
         except grpc.RpcError as error:
             code: grpc.StatusCode = error.code()
-            return code
-        return grpc.StatusCode.OK
+            return code, b""
+        return grpc.StatusCode.OK, response
+
+    def call(self, method: services.Method[Any, Any], payload: bytes) -> grpc.StatusCode:
+        """Send raw request bytes; the status code of the answer."""
+        return self.answer(method, payload)[0]
 
     def stop(self) -> list[bytes]:
         """Stop the program (SIGTERM) and return every line it wrote to stderr."""
