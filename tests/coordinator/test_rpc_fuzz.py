@@ -41,14 +41,6 @@ from tests.attestation.dermutations import (
 from tests.coordinator.conftest import Deployment, policy_hash
 from tests.coordinator.program import CoordinatorProcess, not_json_objects
 
-METHODS = [
-    services.ATTEST,
-    services.SET_MANIFEST,
-    services.GET_MANIFESTS,
-    services.RECOVER,
-    services.GET_NONCE,
-    services.NEW_MESH_CERT,
-]
 # Every answer a caller may get on purpose; INTERNAL and UNKNOWN would be bugs.
 DELIBERATE = {
     grpc.StatusCode.OK,
@@ -119,7 +111,7 @@ def fuzz(
 
 
 def fuzz_every_method(program: CoordinatorProcess, deployment: Deployment) -> None:
-    for method in METHODS:
+    for method in services.METHODS:
         fuzz(program, method, deployment)
 
 

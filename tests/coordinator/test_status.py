@@ -27,15 +27,6 @@ from contrast.history.store import FileSystemStore
 from contrast.manifest.model import Manifest
 from tests.coordinator.conftest import Deployment
 
-METHODS = [
-    services.ATTEST,
-    services.SET_MANIFEST,
-    services.GET_MANIFESTS,
-    services.RECOVER,
-    services.GET_NONCE,
-    services.NEW_MESH_CERT,
-]
-
 
 @dataclass
 class Running:
@@ -170,7 +161,7 @@ def test_repeats_of_one_failure_are_counted_not_logged(
     assert handled == 30
 
 
-@pytest.mark.parametrize("method", METHODS, ids=lambda method: method.name)
+@pytest.mark.parametrize("method", services.METHODS, ids=lambda method: method.name)
 def test_bytes_that_are_not_the_request_message_are_invalid_argument(
     serve: Callable[..., Running], method: services.Method[Any, Any]
 ) -> None:

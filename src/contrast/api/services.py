@@ -64,6 +64,9 @@ NEW_MESH_CERT = Method(
     MESH_API, "NewMeshCert", meshapi_pb2.NewMeshCertRequest, meshapi_pb2.NewMeshCertResponse
 )
 
+# Every method of both services, for whatever must cover them all (tests, metrics).
+METHODS = (ATTEST, SET_MANIFEST, GET_MANIFESTS, RECOVER, GET_NONCE, NEW_MESH_CERT)
+
 
 class UserApiServicer(Protocol):
     def attest(
