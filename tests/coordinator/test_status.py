@@ -201,3 +201,19 @@ def test_a_truncated_history_head_is_data_loss(
     assert isinstance(error, grpc.RpcError)
     assert error.code() == grpc.StatusCode.DATA_LOSS, error.details()
     assert "transitions/latest" in (error.details() or "")
+
+
+def test_a_failed_http_exchange_is_one_log_line_not_a_traceback(
+    deployment: Deployment, serve: Callable[..., Running], capsys: pytest.CaptureFixture[str]
+) -> None:
+    running = serve()
+    http = running.server._http
+    for _ in range(3):
+        try:
+            raise BrokenPipeError("the client went away")
+        except BrokenPipeError:
+            http.handle_error(None, ("192.0.2.1", 40000))
+    assert "Traceback" not in capsys.readouterr().err
+    [line] = [line for line in running.log_lines() if line["message"].startswith("HTTP")]
+    assert line["message"] == "HTTP exchange with 192.0.2.1 failed"
+    assert line["exception"]["type"] == "BrokenPipeError"

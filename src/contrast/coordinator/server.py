@@ -192,7 +192,10 @@ class _HttpServer(ThreadingHTTPServer):
     """Metrics and probes; a failed exchange is one throttled log line, not a traceback."""
 
     daemon_threads = True
-    _throttle = LogThrottle()
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._throttle = LogThrottle()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints the traceback to stderr; any client could fill the log with them.
