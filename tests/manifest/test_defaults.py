@@ -24,6 +24,7 @@ from contrast.manifest.defaults import (
     missing_value_notes,
     snp_reference_values,
     tdx_reference_values,
+    unfilled_values,
     update_embedded,
 )
 from contrast.manifest.model import Manifest
@@ -160,9 +161,27 @@ def test_tdx_entry_pins_mrtd_and_rtmrs(platform: Platform) -> None:
     parsed = verifier._tdx_entry(entry, 0)
     assert parsed.reference.td_attributes == (1 << 28).to_bytes(8, "little")
     assert not parsed.reference.emulated
+    assert missing_value_notes(platform, [entry]) == missing_value_notes(platform)
+    assert unfilled_values({"tdx": [entry]}) == [f"tdx[0] ({platform.display_name}) MrSeam"]
+
+
+@pytest.mark.parametrize("platform", TDX, ids=lambda p: p.name)
+def test_tdx_rtmr0_without_a_known_good_boot_is_an_operator_value(platform: Platform) -> None:
     without_rtmr0 = predict(_tdx_firmware(), KERNEL, None, "console=hvc0")
-    with pytest.raises(ReferenceValuesUnavailable, match="RTMR0"):
-        tdx_reference_values(platform, without_rtmr0)
+    entry = tdx_reference_values(platform, without_rtmr0)[0]
+    assert entry["Rtmrs"][0] is None
+    assert entry["Rtmrs"][1] == without_rtmr0.rtmrs[1].hex()
+    assert entry["Rtmrs"][2] == without_rtmr0.rtmrs[2].hex()
+    notes = missing_value_notes(platform, [entry])
+    assert len(notes) == 2
+    assert "Rtmrs[0] (RTMR0) is expected missing" in notes[1]
+    assert unfilled_values({"tdx": [entry]}) == [
+        f"tdx[0] ({platform.display_name}) MrSeam",
+        f"tdx[0] ({platform.display_name}) Rtmrs[0]",
+    ]
+    _accepted({"tdx": [entry]})  # a valid entry: RTMR0 unchecked until the operator sets it
+    filled = {**entry, "MrSeam": "ab" * 48, "Rtmrs": [RTMR0.hex(), *entry["Rtmrs"][1:]]}
+    assert unfilled_values({"tdx": [filled]}) == []
 
 
 @pytest.mark.parametrize("platform", REAL, ids=lambda p: p.name)
@@ -176,7 +195,7 @@ def test_shipped_defaults_are_accepted_or_say_what_is_missing(platform: Platform
         default_reference_values(platform)
     assert platform.display_name in str(raised.value)
     assert ("TrustedMeasurement" if platform.tee is Tee.SNP else "MrTd") in str(raised.value)
-    assert "contrast runtime reference-values" in (raised.value.hint or "")
+    assert "contrast runtime build" in (raised.value.hint or "")
 
 
 @pytest.mark.parametrize("platform", [p for p in PLATFORMS if p.emulated], ids=lambda p: p.name)
@@ -222,5 +241,10 @@ def test_cli_measures_and_embeds(snp_image: GuestImage, tmp_path: Path) -> None:
     # RTMR0 of the known-good boot is the replayed RTMR0 of that quote's event log.
     assert tdx_values["tdx"][0]["Rtmrs"][0].startswith("3fa2f61f395b7f5f")
     _accepted(snp_values | tdx_values)
-    # Without RTMR0 a TDX entry is refused rather than left unchecked.
-    assert main([*tdx[:10], "--output", str(output)]) == 1
+    # Without RTMR0 the entry leaves it to the operator, and says so; `set` refuses it until then.
+    assert main([*tdx[:10], "--output", str(output)]) == 0
+    tdx_values, notes = default_reference_values(
+        by_name("metal-qemu-tdx"), embedded=load_embedded(output)
+    )
+    assert tdx_values["tdx"][0]["Rtmrs"][0] is None
+    assert any("RTMR0" in note for note in notes)

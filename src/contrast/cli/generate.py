@@ -16,6 +16,7 @@ RULES = "rules.rego"
 SETTINGS = "settings.json"
 LAYERS_CACHE = "layers-cache.json"
 EMULATED_TEE = "emulated-tee"
+REFERENCE_VALUES = "reference-values.json"  # written by `contrast runtime build`
 STDIN = Path("-")
 
 
@@ -103,13 +104,20 @@ def register(commands: Any) -> None:
         "--reference-values-file",
         type=Path,
         metavar="FILE",
-        help="reference values by runtime handler, as `contrast runtime reference-values`"
-        " writes them (default: the ones built into this release)",
+        help="reference values by runtime handler, as `contrast runtime build` writes them;"
+        " pods of a platform named there get its runtime (default: reference-values.json in"
+        " the workspace if it exists, else the ones built into this release)",
     )
     parser.add_argument(
         "-o", "--output", type=Path, help="write all resources to this one file instead"
     )
     parser.set_defaults(run=run_generate)
+
+
+def _workspace_values(workspace: Path) -> Path | None:
+    """`reference-values.json` where `contrast runtime build` writes it, if it did."""
+    path = workspace / REFERENCE_VALUES
+    return path if path.is_file() else None
 
 
 def _options(arguments: argparse.Namespace) -> pipeline.Options:
@@ -138,7 +146,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         oci_layouts=tuple(arguments.oci_layout),
         insecure_registries=tuple(arguments.insecure_registry),
         emulated_tee=arguments.emulated_tee or workspace / EMULATED_TEE,
-        reference_values_file=arguments.reference_values_file,
+        reference_values_file=arguments.reference_values_file or _workspace_values(workspace),
         output=arguments.output,
         progress=sys.stderr.isatty(),
     )

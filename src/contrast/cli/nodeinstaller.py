@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contrast.errors import ContrastError
 from contrast.nodeinstaller.install import (
     InstallReport,
     InstallRequest,
@@ -14,7 +15,7 @@ from contrast.nodeinstaller.install import (
     install_runtime,
 )
 from contrast.nodeinstaller.restart import SYSTEMD_DBUS_RESTART, parse_command
-from contrast.nodeinstaller.runtime import Build
+from contrast.nodeinstaller.runtime import Build, load_payload
 from contrast.nodeinstaller.targetconfig import load_target_config
 from contrast.platforms import PLATFORMS, by_name
 
@@ -28,9 +29,16 @@ def register(commands: Any) -> None:
         " handler to containerd's config and restarts containerd if that config changed.",
     )
     parser.add_argument("--host-root", type=Path, required=True, help="the node's / (e.g. /host)")
-    parser.add_argument(
-        "--platform", required=True, type=str.lower, choices=[p.name for p in PLATFORMS]
-    )
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--platform", type=str.lower, choices=[p.name for p in PLATFORMS],
+        help="install this release's runtime of the platform (its artefacts are in the image)",
+    )  # fmt: skip
+    source.add_argument(
+        "--payload", type=Path, metavar="DIR",
+        help="install the built runtime in DIR (`contrast runtime build`'s runtimes/<handler>:"
+        " runtime.json and exactly the files it pins)",
+    )  # fmt: skip
     parser.add_argument(
         "--target-config", type=Path, metavar="PATH",
         help="the node's layout: a ConfigMap directory (one file per key) or a JSON file",
@@ -52,7 +60,14 @@ def register(commands: Any) -> None:
 
 
 def run_node_installer(arguments: argparse.Namespace) -> int:
-    platform = by_name(arguments.platform)
+    description = None
+    if arguments.payload is not None:
+        if arguments.artefacts is not None:
+            raise ContrastError("--artefacts is for --platform; a payload holds its artefacts")
+        description = load_payload(arguments.payload)
+        platform = by_name(description.platform)
+    else:
+        platform = by_name(arguments.platform)
     target = load_target_config(arguments.target_config)
     command = (
         SYSTEMD_DBUS_RESTART
@@ -64,10 +79,11 @@ def run_node_installer(arguments: argparse.Namespace) -> int:
             host_root=arguments.host_root,
             platform=platform,
             target=target,
-            artefacts_dir=artefacts_dir(arguments.artefacts, target, platform),
+            artefacts_dir=arguments.payload or artefacts_dir(arguments.artefacts, target, platform),
             restart=not arguments.no_restart,
             restart_command=command,
-        )
+        ),
+        description=description,
     )
     _print_report(report)
     return 0

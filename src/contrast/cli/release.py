@@ -1,26 +1,25 @@
 """`contrast runtime` and `contrast coordinator-resources`: the release's Kubernetes resources.
 
-`contrast runtime reference-values` is the release build step that measures a platform's guest
-image and writes its default reference values (`contrast.manifest.defaults`).
+`contrast runtime build` turns a Kata static release into a platform's runtime in the workspace
+(`contrast.kata.build`); `contrast runtime reference-values` measures a guest image given file by
+file and writes its reference values (`contrast.manifest.defaults`).
 """
 
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
 from contrast.errors import ContrastError
-from contrast.kuberesource import release
+from contrast.kata.build import BuildRequest, build_runtime
+from contrast.kuberesource import release, yamlio
 from contrast.manifest import defaults
 from contrast.platforms import PLATFORMS, Tee, by_name
 
@@ -38,7 +37,9 @@ def register(commands: Any) -> None:
         help="schedule confidential pods (and the installer) on matching nodes only",
     )  # fmt: skip
     runtime.set_defaults(run=run_runtime, runtime_parser=runtime)
-    _register_reference_values(runtime, names)
+    subcommands = runtime.add_subparsers(dest="runtime_command", metavar="SUBCOMMAND")
+    _register_build(subcommands, names)
+    _register_reference_values(subcommands, names)
     coordinator = commands.add_parser(
         "coordinator-resources", help="print the Coordinator StatefulSet and its Services"
     )
@@ -57,17 +58,88 @@ def _selector(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def print_documents(documents: Sequence[dict[str, Any]]) -> None:
-    yaml = YAML()
-    yaml.default_flow_style = False
-    # Shared sub-dicts (labels) would otherwise come out as YAML anchors and aliases.
-    yaml.representer.ignore_aliases = lambda *_: True
-    buffer = io.StringIO()
-    yaml.dump_all(documents, buffer)
-    sys.stdout.write(buffer.getvalue())
+    sys.stdout.write(yamlio.dump_documents(documents))
 
 
-def _register_reference_values(runtime: argparse.ArgumentParser, names: list[str]) -> None:
-    subcommands = runtime.add_subparsers(dest="runtime_command", metavar="SUBCOMMAND")
+def _add_tdx_rtmr0(parser: argparse.ArgumentParser) -> None:
+    rtmr0 = parser.add_mutually_exclusive_group()
+    rtmr0.add_argument("--tdx-rtmr0", metavar="HEX", help="TDX: RTMR0 of a known-good boot")
+    rtmr0.add_argument(
+        "--tdx-event-log", nargs=2, type=Path, metavar=("CCEL_TABLE", "CCEL_DATA"),
+        help="TDX: take RTMR0 from the replayed event log of a known-good boot",
+    )  # fmt: skip
+    parser.add_argument(
+        "--tdx-page-add-order", choices=[order.value for order in measure.PageAddOrder],
+        default=measure.PageAddOrder.TWO_PASS.value,
+        help="TDX: how the host adds and measures firmware pages (see attestation/tdx/measure.py)",
+    )  # fmt: skip
+
+
+def _add_max_vcpus(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--max-vcpus", type=int, default=max(DEFAULT_VCPU_COUNTS),
+        help="SNP: one launch digest per product and vCPU count 1..N (default 8)",
+    )  # fmt: skip
+
+
+def _register_build(subcommands: Any, names: list[str]) -> None:
+    build = subcommands.add_parser(
+        "build",
+        help="turn a Kata static release into a runtime: node-installer payload, RuntimeClass"
+        " and DaemonSet, reference values",
+        description="Reads kata-static-<version>-amd64.tar.zst (or .tar.xz, or the directory it"
+        " unpacks to), takes the platform's QEMU, kernel, image, firmware and configuration, and"
+        " writes into DIR: runtimes/<handler>/ (the payload, every file pinned by sha256),"
+        " reference-values.json (keyed by the handler) and runtime-<platform>.yml.",
+    )
+    buildable = [name for name in names if not by_name(name).emulated]
+    build.add_argument("--kata-release", type=Path, required=True, metavar="FILE_OR_DIR")
+    build.add_argument("--platform", required=True, choices=buildable, type=str.lower)
+    build.add_argument(
+        "--output", type=Path, default=Path("."), metavar="DIR",
+        help="the workspace to write into (default: .), where `contrast generate` then finds"
+        " the reference values",
+    )  # fmt: skip
+    _add_max_vcpus(build)
+    _add_tdx_rtmr0(build)
+    build.add_argument(
+        "--node-selector", action="append", default=[], metavar="KEY=VALUE",
+        help="schedule confidential pods (and the installer) on matching nodes only",
+    )  # fmt: skip
+    build.add_argument(
+        "--payload-image", metavar="IMAGE",
+        help="run the installer from this image, which holds contrast and the payload at"
+        " /usr/share/contrast/runtimes/<handler> (default: the node-installer image, reading the"
+        " payload from /var/lib/contrast/payloads/<handler> on the node)",
+    )  # fmt: skip
+    build.set_defaults(run=run_build)
+
+
+def run_build(arguments: argparse.Namespace) -> int:
+    built = build_runtime(
+        BuildRequest(
+            release=arguments.kata_release,
+            platform=by_name(arguments.platform),
+            output=arguments.output,
+            max_vcpus=arguments.max_vcpus,
+            tdx_rtmr0=_rtmr0(arguments),
+            tdx_page_add_order=measure.PageAddOrder(arguments.tdx_page_add_order),
+            node_selector=_selector(arguments.node_selector),
+            payload_image=arguments.payload_image,
+        )
+    )
+    tee = built.platform.tee.value
+    print(f"runtime {built.handler} ({built.platform.display_name})")
+    print(f"  payload:          {built.payload} ({len(built.description.artefacts)} files)")
+    print(f"  reference values: {built.reference_values} ({len(built.entries)} {tee} entries)")
+    print(f"  resources:        {built.resources}")
+    print(f"  kernel command line: {built.kernel_cmdline}")
+    for note in built.notes:
+        print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _register_reference_values(subcommands: Any, names: list[str]) -> None:
     values = subcommands.add_parser(
         "reference-values",
         help="measure a platform's guest image and print (or embed) its default reference values",
@@ -80,21 +152,8 @@ def _register_reference_values(runtime: argparse.ArgumentParser, names: list[str
     values.add_argument("--kernel", type=Path, help="the bzImage the VMM boots directly")
     values.add_argument("--initrd", type=Path)
     values.add_argument("--cmdline", default="", help="the kernel command line the VMM passes")
-    values.add_argument(
-        "--max-vcpus", type=int, default=max(DEFAULT_VCPU_COUNTS),
-        help="SNP: one launch digest per product and vCPU count 1..N (default 8)",
-    )  # fmt: skip
-    rtmr0 = values.add_mutually_exclusive_group()
-    rtmr0.add_argument("--tdx-rtmr0", metavar="HEX", help="TDX: RTMR0 of a known-good boot")
-    rtmr0.add_argument(
-        "--tdx-event-log", nargs=2, type=Path, metavar=("CCEL_TABLE", "CCEL_DATA"),
-        help="TDX: take RTMR0 from the replayed event log of a known-good boot",
-    )  # fmt: skip
-    values.add_argument(
-        "--tdx-page-add-order", choices=[order.value for order in measure.PageAddOrder],
-        default=measure.PageAddOrder.TWO_PASS.value,
-        help="TDX: how the host adds and measures firmware pages (see attestation/tdx/measure.py)",
-    )  # fmt: skip
+    _add_max_vcpus(values)
+    _add_tdx_rtmr0(values)
     values.add_argument(
         "--output", type=Path, metavar="FILE",
         help="add the entries to this reference-values.json (keyed by runtime handler) instead of"
@@ -126,23 +185,28 @@ def run_reference_values(arguments: argparse.Namespace) -> int:
             f" {platform.runtime_class_name} to {arguments.output}",
             file=sys.stderr,
         )
-    for note in defaults.missing_value_notes(platform):
+    for note in defaults.missing_value_notes(platform, entries):
         print(f"note: {note}", file=sys.stderr)
     return 0
+
+
+def _rtmr0(arguments: argparse.Namespace) -> bytes | None:
+    """RTMR0 from --tdx-rtmr0 or a replayed --tdx-event-log; None leaves it to the operator."""
+    if arguments.tdx_rtmr0:
+        try:
+            return bytes.fromhex(arguments.tdx_rtmr0)
+        except ValueError:
+            raise ContrastError("--tdx-rtmr0 is not hex") from None
+    if arguments.tdx_event_log:
+        table, data = (_read(path) for path in arguments.tdx_event_log)
+        return read_event_log(table, data).replay()[0]
+    return None
 
 
 def _tdx_measurements(arguments: argparse.Namespace) -> measure.TdxLaunchMeasurements:
     if arguments.kernel is None:
         raise ContrastError("TDX reference values need --kernel (direct boot)")
-    rtmr0: bytes | None = None
-    if arguments.tdx_rtmr0:
-        try:
-            rtmr0 = bytes.fromhex(arguments.tdx_rtmr0)
-        except ValueError:
-            raise ContrastError("--tdx-rtmr0 is not hex") from None
-    elif arguments.tdx_event_log:
-        table, data = (_read(path) for path in arguments.tdx_event_log)
-        rtmr0 = read_event_log(table, data).replay()[0]
+    rtmr0 = _rtmr0(arguments)
     return measure.predict(
         _read(arguments.firmware),
         _read(arguments.kernel),

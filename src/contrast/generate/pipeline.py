@@ -30,7 +30,7 @@ from contrast.images.model import ImageFacts
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, yamlio
 from contrast.kuberesource.workloads import Workload
-from contrast.manifest.defaults import load_embedded
+from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
 from contrast.platforms import Platform
@@ -168,6 +168,24 @@ def _not_objects(files: Sequence[yamlio.ResourceFile]) -> list[checks.CheckWarni
     ]
 
 
+def _reference_values(path: Path | None) -> dict[str, Any] | None:
+    """The reference values by runtime handler from `path` (None: the ones built in)."""
+    if path is None:
+        return None
+    try:
+        return load_embedded(path)
+    except ManifestError as error:
+        raise GenerateError(f"{path}: {error.message}", hint=error.hint) from None
+
+
+def _handlers(embedded: Mapping[str, Any]) -> dict[Platform, str]:
+    """The handler of each platform whose runtime the reference values name (a built one)."""
+    try:
+        return handlers_in(embedded)
+    except ManifestError as error:
+        raise GenerateError(error.message, hint=error.hint) from None
+
+
 def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
     return WorkloadIdentity(
         policy_hash=policy_hash,
@@ -207,8 +225,10 @@ def generate(
         )
     confidential = [workload for workload, _ in placed]
     coordinator_namespace = inject.coordinator_namespace(confidential)
+    embedded = _reference_values(options.reference_values_file)
+    handlers = {} if embedded is None else _handlers(embedded)
     for workload, platform in placed:
-        runtimeclass.set_runtime_class(workload, platform)
+        runtimeclass.set_runtime_class(workload, platform, handlers.get(platform))
         inject.inject(
             workload,
             coordinator_namespace=coordinator_namespace,
@@ -248,10 +268,7 @@ def generate(
     platforms = runtimeclass.used_platforms(choices)
     result.platforms = tuple(p.display_name for p in platforms)
     provider = references or ReferenceValueProvider(
-        emulated_tee=options.emulated_tee,
-        embedded=None
-        if options.reference_values_file is None
-        else load_embedded(options.reference_values_file),
+        emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
     )
     values, result.missing_reference_values = manifest_document.reference_values(
         (previous or {}).get("ReferenceValues", {}), platforms, provider

@@ -9,7 +9,7 @@ the local flow share; its entry can never admit real evidence, nor real entries 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,15 @@ class ReferenceValueProvider:
     # Values by runtime handler as `contrast runtime reference-values` writes them; None takes
     # the ones embedded in this release.
     embedded: Mapping[str, ReferenceValues] | None = None
+    # The runtime handler of each platform whose runtime was built (`contrast runtime build`);
+    # the others use this release's.
+    handlers: Mapping[Platform, str] = field(default_factory=dict)
 
     def __call__(self, platform: Platform) -> tuple[ReferenceValues, list[str]]:
         if not platform.emulated:
-            return default_reference_values(platform, embedded=self.embedded)
+            return default_reference_values(
+                platform, embedded=self.embedded, handler=self.handlers.get(platform)
+            )
         if self.emulated_tee is None:
             raise GenerateError(
                 f"{platform.display_name} needs the emulated TEE whose evidence it admits",

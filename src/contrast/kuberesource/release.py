@@ -11,6 +11,7 @@ through `coordinator` (all ports, also when not ready, so the first `set` gets t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from contrast import __version__
@@ -30,19 +31,47 @@ ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
 INSTALLER_COMMAND = ("contrast", "node-installer", "--host-root", "/host")
 TARGET_CONFIG_MAP = "contrast-node-installer-target-config"
 TARGET_CONFIG_DIR = "/config/target-config"
+# Where a built runtime's payload (`contrast runtime build`'s runtimes/<handler>/) is on a node,
+# unless it comes in an image; the installer reads it through its host-root mount.
+PAYLOAD_HOST_DIRECTORY = "/var/lib/contrast/payloads"
+PAYLOAD_IMAGE_DIRECTORY = "/usr/share/contrast/runtimes"
+
+
+@dataclass(frozen=True)
+class Payload:
+    """Where the node installer finds a built runtime's payload.
+
+    Without `image`, on each node at `/var/lib/contrast/payloads/<handler>/` (copied there by the
+    operator); with `image`, in that image at `/usr/share/contrast/runtimes/<handler>/`: an image
+    that also holds `contrast` (the node-installer image with the payload as one more layer),
+    which then runs the installer.
+    """
+
+    handler: str
+    image: str | None = None
+
+    @property
+    def path(self) -> str:
+        if self.image is not None:
+            return f"{PAYLOAD_IMAGE_DIRECTORY}/{self.handler}"
+        return f"/host{PAYLOAD_HOST_DIRECTORY}/{self.handler}"
 
 
 def runtime_class(
-    platform: Platform, *, node_selector: Mapping[str, str] | None = None
+    platform: Platform,
+    *,
+    node_selector: Mapping[str, str] | None = None,
+    handler: str | None = None,
 ) -> dict[str, Any]:
+    name = handler or platform.runtime_class_name
     resource: dict[str, Any] = {
         "apiVersion": "node.k8s.io/v1",
         "kind": "RuntimeClass",
         "metadata": {
-            "name": platform.runtime_class_name,
+            "name": name,
             "labels": {"addonmanager.kubernetes.io/mode": "Reconcile"},
         },
-        "handler": platform.runtime_class_name,
+        "handler": name,
         "overhead": {"podFixed": {"memory": f"{platform.pod_overhead_mib}Mi"}},
     }
     if node_selector:
@@ -56,9 +85,15 @@ def node_installer(
     namespace: str = "kube-system",
     node_selector: Mapping[str, str] | None = None,
     image: str = NODE_INSTALLER_IMAGE,
+    payload: Payload | None = None,
 ) -> dict[str, Any]:
-    name = f"{platform.runtime_class_name}-nodeinstaller"
+    handler = platform.runtime_class_name if payload is None else payload.handler
+    name = f"{handler}-nodeinstaller"
     labels = {"app.kubernetes.io/name": name}
+    # The shipped runtime's artefacts are in the image; a built one's in its payload.
+    source = ["--platform", platform.name] if payload is None else ["--payload", payload.path]
+    if payload is not None and payload.image is not None:
+        image = payload.image
     pod_spec: dict[str, Any] = {
         "hostPID": True,
         "initContainers": [
@@ -67,8 +102,7 @@ def node_installer(
                 "image": image,
                 "command": [
                     *INSTALLER_COMMAND,
-                    "--platform",
-                    platform.name,
+                    *source,
                     "--target-config",
                     TARGET_CONFIG_DIR,
                 ],
@@ -124,11 +158,16 @@ def node_installer(
 
 
 def runtime_resources(
-    platform: Platform, *, node_selector: Mapping[str, str] | None = None
+    platform: Platform,
+    *,
+    node_selector: Mapping[str, str] | None = None,
+    payload: Payload | None = None,
 ) -> list[dict[str, Any]]:
+    """The RuntimeClass and node-installer DaemonSet: of this release's runtime, or a built one."""
+    handler = None if payload is None else payload.handler
     return [
-        runtime_class(platform, node_selector=node_selector),
-        node_installer(platform, node_selector=node_selector),
+        runtime_class(platform, node_selector=node_selector, handler=handler),
+        node_installer(platform, node_selector=node_selector, payload=payload),
     ]
 
 

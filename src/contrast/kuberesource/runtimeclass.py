@@ -72,9 +72,10 @@ def resolve_all(workloads: Iterable[Workload], default: Platform | None) -> list
     return [PlatformChoice(workload, resolve(workload, default)) for workload in workloads]
 
 
-def set_runtime_class(workload: Workload, platform: Platform) -> bool:
-    """Write this release's runtime class of `platform`; whether anything changed."""
-    name = platform.runtime_class_name
+def set_runtime_class(workload: Workload, platform: Platform, handler: str | None = None) -> bool:
+    """Write `platform`'s runtime class (`handler`, default: this release's runtime of it);
+    whether anything changed."""
+    name = handler or platform.runtime_class_name
     if workload.runtime_class_name == name:
         return False
     workload.pod_spec["runtimeClassName"] = name

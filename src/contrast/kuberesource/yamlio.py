@@ -385,3 +385,15 @@ def to_plain(node: Any) -> Any:
     if hasattr(node, "value"):  # TaggedScalar and the like
         return to_plain(node.value)
     return str(node)
+
+
+def dump_documents(documents: Sequence[Mapping[str, Any]]) -> str:
+    """New resources (the release's, not a user's file) as a multi-document YAML stream."""
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = LINE_WIDTH
+    # Shared sub-dicts (labels) would otherwise come out as YAML anchors and aliases.
+    yaml.representer.ignore_aliases = lambda *_: True
+    buffer = io.StringIO()
+    yaml.dump_all(documents, buffer)
+    return buffer.getvalue()

@@ -42,12 +42,13 @@ from contrast.attestation.snp.report import PlatformInfo, Product
 from contrast.attestation.tdx.measure import TdxLaunchMeasurements
 from contrast.attestation.tdx.reference import (
     CONTRAST_XFAM,
+    RTMR_COUNT,
     SEPT_VE_DISABLE_ONLY,
     TdxReferenceValues,
 )
 from contrast.files import write_atomically
 from contrast.manifest.errors import ManifestError
-from contrast.platforms import Hypervisor, Platform, Tee
+from contrast.platforms import Hypervisor, Platform, Tee, from_runtime_class
 
 ASSET = "reference-values.json"
 PLATFORM = "Platform"
@@ -102,14 +103,14 @@ def snp_reference_values(
 def tdx_reference_values(
     platform: Platform, measurements: TdxLaunchMeasurements
 ) -> list[dict[str, Any]]:
-    """The manifest entry for a TD with these launch measurements (RTMR0 must be known)."""
+    """The manifest entry for a TD with these launch measurements.
+
+    RTMR0 without a value (`measurements.rtmrs[0]` None) is written as `null` and is expected
+    missing, like MrSeam: it measures the TD HOB and QEMU's ACPI tables, which depend on the VM's
+    memory and vCPUs, so only a known-good boot of each VM size can say it.
+    """
     _require_real(platform, Tee.TDX)
     rtmr0, rtmr1, rtmr2, rtmr3 = measurements.rtmrs
-    if rtmr0 is None:
-        raise ReferenceValuesUnavailable(
-            "TDX reference values need RTMR0",
-            hint="take it from a known-good boot: --tdx-rtmr0 HEX or --tdx-event-log TABLE LOG",
-        )
     reference = TdxReferenceValues(
         mr_td=frozenset({measurements.mr_td}),
         rtmrs=(rtmr0, rtmr1, rtmr2, rtmr3),
@@ -123,7 +124,19 @@ def tdx_reference_values(
     return [entry]
 
 
-def missing_value_notes(platform: Platform) -> list[str]:
+def _rtmr0_missing(entry: Mapping[str, Any]) -> bool:
+    """An entry of a real TD whose RTMR0 the operator has yet to give (RTMR1/2 are predicted)."""
+    rtmrs = entry.get("Rtmrs")
+    return (
+        not entry.get("Emulated", False)
+        and isinstance(rtmrs, list)
+        and len(rtmrs) == RTMR_COUNT
+        and rtmrs[0] is None
+        and any(value is not None for value in rtmrs[1:])
+    )
+
+
+def missing_value_notes(platform: Platform, entries: Iterable[Mapping[str, Any]] = ()) -> list[str]:
     """What the user must fill in (in manifest.json) before the defaults protect anything."""
     _require_real(platform, platform.tee)
     where = (
@@ -137,11 +150,20 @@ def missing_value_notes(platform: Platform) -> list[str]:
             " (the reported_tcb of a host's report, `contrast evidence verify`); until then no TCB"
             " minimum is enforced"
         ]
-    return [
+    notes = [
         f"{platform.display_name}: MrSeam is expected missing in {where}: set the MRSEAM of the"
         " TDX module your hosts run (mr_seam of a quote, `contrast evidence verify`); until then"
         " any TDX module is accepted"
     ]
+    if any(_rtmr0_missing(entry) for entry in entries):
+        notes.append(
+            f"{platform.display_name}: Rtmrs[0] (RTMR0) is expected missing in {where}: it"
+            " measures the TD HOB and QEMU's ACPI tables, which depend on the VM's memory and"
+            " vCPUs; take it from a known-good boot's quote (rtmr0 of `contrast evidence"
+            " verify`) or event log, one entry per VM size you run; until then RTMR0 is not"
+            " checked"
+        )
+    return notes
 
 
 def load_embedded(path: Path | None = None) -> dict[str, ReferenceValueSet]:
@@ -166,11 +188,16 @@ def load_embedded(path: Path | None = None) -> dict[str, ReferenceValueSet]:
 
 
 def default_reference_values(
-    platform: Platform, *, embedded: Mapping[str, ReferenceValueSet] | None = None
+    platform: Platform,
+    *,
+    embedded: Mapping[str, ReferenceValueSet] | None = None,
+    handler: str | None = None,
 ) -> tuple[ReferenceValueSet, list[str]]:
-    """The release's entries for `platform` by TEE kind, and notes on values the user must add."""
+    """The entries of `platform`'s runtime (`handler`, default: this release's) by TEE kind,
+    and notes on values the user must add."""
     _require_real(platform, platform.tee)
-    values = (load_embedded() if embedded is None else embedded).get(platform.runtime_class_name)
+    handler = handler or platform.runtime_class_name
+    values = (load_embedded() if embedded is None else embedded).get(handler)
     entries = [] if values is None else list(values.get(platform.tee.value, []))
     if not entries:
         measured = (
@@ -180,21 +207,51 @@ def default_reference_values(
         )
         raise ReferenceValuesUnavailable(
             f"this build has no reference values for {platform.display_name}"
-            f" (runtime {platform.runtime_class_name}): {measured} are missing",
-            hint=f"compute them from the guest image with `contrast runtime reference-values"
-            f" --platform {platform.name} ...`, or add ReferenceValues.{platform.tee.value}"
-            f' entries with "Platform": "{platform.display_name}" to manifest.json yourself',
+            f" (runtime {handler}): {measured} are missing",
+            hint=f"build the runtime from a Kata release with `contrast runtime build"
+            f" --kata-release FILE --platform {platform.name}` in this workspace, or add"
+            f" ReferenceValues.{platform.tee.value} entries with"
+            f' "Platform": "{platform.display_name}" to manifest.json yourself',
         )
-    return {platform.tee.value: [dict(entry) for entry in entries]}, missing_value_notes(platform)
+    copied = [dict(entry) for entry in entries]
+    return {platform.tee.value: copied}, missing_value_notes(platform, copied)
+
+
+def handlers_in(document: Mapping[str, Any]) -> dict[Platform, str]:
+    """The runtime handler each platform has in a reference-values document (its keys).
+
+    Two handlers of one platform are refused: which runtime the pods should use would be a guess.
+    """
+    found: dict[Platform, str] = {}
+    for handler in sorted(document):
+        platform = from_runtime_class(handler)
+        if platform is None:
+            continue
+        if platform in found:
+            raise ReferenceValuesUnavailable(
+                f"the reference values name two runtimes of {platform.display_name}:"
+                f" {found[platform]} and {handler}",
+                hint="keep the entry of the runtime you install and remove the other",
+            )
+        found[platform] = handler
+    return found
 
 
 def update_embedded(
-    path: Path, platform: Platform, entries: list[dict[str, Any]]
+    path: Path, platform: Platform, entries: list[dict[str, Any]], *, handler: str | None = None
 ) -> dict[str, ReferenceValueSet]:
-    """Replace `platform`'s entries in the file at `path` (created if absent), atomically."""
+    """Set `platform`'s entries in the file at `path` (created if absent), atomically.
+
+    They are keyed by `handler` (default: this release's runtime of the platform); entries of
+    other runtimes of the same platform are removed, so the file names one runtime per platform.
+    """
     _require_real(platform, platform.tee)
+    handler = handler or platform.runtime_class_name
     document = load_embedded(path) if path.exists() else {}
-    document[platform.runtime_class_name] = {platform.tee.value: entries}
+    document = {
+        key: value for key, value in document.items() if from_runtime_class(key) is not platform
+    }
+    document[handler] = {platform.tee.value: entries}
     text = json.dumps(dict(sorted(document.items())), indent=2) + "\n"
     write_atomically(path, text.encode())
     return document
@@ -229,4 +286,6 @@ def unfilled_values(reference_values: Mapping[str, Any]) -> list[str]:
     for index, entry in enumerate(reference_values.get("tdx") or []):
         if "MrSeam" in entry and entry["MrSeam"] is None:
             unfilled.append(f"tdx[{index}] ({entry.get(PLATFORM)}) MrSeam")
+        if _rtmr0_missing(entry):
+            unfilled.append(f"tdx[{index}] ({entry.get(PLATFORM)}) Rtmrs[0]")
     return unfilled

@@ -34,7 +34,7 @@ from contrast.nodeinstaller.artefacts import (
 )
 from contrast.nodeinstaller.containerdconfig import ContainerdRuntime, patch_containerd_config
 from contrast.nodeinstaller.errors import ContainerdConfigError, NodeInstallerError
-from contrast.nodeinstaller.kataconfig import render_kata_config
+from contrast.nodeinstaller.kataconfig import render_kata_config, render_template
 from contrast.nodeinstaller.restart import (
     SYSTEMD_DBUS_RESTART,
     UNIT_PLACEHOLDER,
@@ -134,7 +134,12 @@ def install_runtime(
         if request.target.kata_config_path is not None
         else install_path(description.kata_config, name)
     )
-    kata_bytes = render_kata_config(platform, description, name)
+    template = description.by_role(ArtefactRole.KATA_CONFIG)
+    kata_bytes = (
+        render_kata_config(platform, description, name)
+        if template is None
+        else render_template(source_path(request.artefacts_dir, template).read_bytes(), name)
+    )
     shim = description.by_role(ArtefactRole.SHIM)
     assert shim is not None
     config = PurePosixPath("/" + request.target.containerd_config_path)

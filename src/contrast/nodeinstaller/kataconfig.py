@@ -15,7 +15,12 @@ from typing import Any
 import tomli_w
 
 from contrast.nodeinstaller.errors import NodeInstallerError
-from contrast.nodeinstaller.runtime import ArtefactRole, RuntimeDescription, install_path
+from contrast.nodeinstaller.runtime import (
+    RUNTIME_NAME_PLACEHOLDER,
+    ArtefactRole,
+    RuntimeDescription,
+    install_path,
+)
 from contrast.platforms import Hypervisor, Platform, Tee
 
 HEADER = (
@@ -25,10 +30,29 @@ HEADER = (
 DEFAULT_VCPUS = 1
 
 
+def render_template(template: bytes, runtime_name: str) -> bytes:
+    """A built runtime's Kata configuration (`contrast.kata.config.render`) for its handler.
+
+    The template is the release's own configuration with every path under
+    `/opt/edgeless/@@runtimeName@@/`; nothing else changes, so the kernel command line that
+    `runtime build` predicted from it is the one the shim gives QEMU.
+    """
+    try:
+        text = template.decode()
+    except UnicodeDecodeError as error:
+        raise NodeInstallerError(f"the Kata configuration template is not UTF-8: {error}") from None
+    header = HEADER.format(name=runtime_name)
+    return (header + text.replace(RUNTIME_NAME_PLACEHOLDER, runtime_name)).encode()
+
+
 def render_kata_config(
     platform: Platform, description: RuntimeDescription, runtime_name: str
 ) -> bytes:
-    """The Kata configuration TOML of `platform`'s runtime installed as handler `runtime_name`."""
+    """The Kata configuration TOML of `platform`'s stand-in runtime installed as `runtime_name`.
+
+    Built runtimes carry their configuration (`render_template`); this renders the subset the
+    stand-in descriptions imply.
+    """
 
     def path_of(role: ArtefactRole) -> str | None:
         artefact = description.by_role(role)

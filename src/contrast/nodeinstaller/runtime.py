@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import re
 from enum import StrEnum
 from importlib import resources
@@ -42,6 +43,8 @@ INSTALL_ROOT = "/opt/edgeless"
 RUNTIME_NAME_PLACEHOLDER = "@@runtimeName@@"
 INSTALL_PREFIX = f"{INSTALL_ROOT}/{RUNTIME_NAME_PLACEHOLDER}/"
 DESCRIPTION_FORMAT = 1
+# A built runtime's payload: this file and the artefacts at their paths below the install directory.
+PAYLOAD_DESCRIPTION = "runtime.json"
 HASH_LENGTH = 8
 _CHUNK = 1 << 20
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -52,7 +55,8 @@ class ArtefactRole(StrEnum):
     """What an artefact is for; the Kata config and the reference values look artefacts up by it."""
 
     SHIM = "shim"  # containerd-shim-contrast-cc-v2, containerd's runtime_path
-    VMM = "vmm"  # qemu-system-x86_64 or cloud-hypervisor
+    VMM = "vmm"  # qemu-system-x86_64 or cloud-hypervisor (for a Kata release: QEMU's wrapper)
+    VMM_BINARY = "vmm-binary"  # the QEMU program its wrapper runs (built runtimes)
     VMM_DATA = "vmm-data"  # option ROMs and other files the VMM loads
     KERNEL = "kernel"
     INITRD = "initrd"
@@ -60,6 +64,7 @@ class ArtefactRole(StrEnum):
     FIRMWARE = "firmware"  # OVMF for SNP, TDVF for TDX
     ROOTFS = "rootfs"  # the dm-verity protected guest image
     TOOL = "tool"  # kata-runtime and other helpers on the host
+    KATA_CONFIG = "kata-config"  # the Kata configuration with @@runtimeName@@ for the handler
 
 
 # Roles the Kata config points at: at most one artefact each.
@@ -72,6 +77,8 @@ SINGLE_ROLES = frozenset(
         ArtefactRole.IGVM,
         ArtefactRole.FIRMWARE,
         ArtefactRole.ROOTFS,
+        ArtefactRole.VMM_BINARY,
+        ArtefactRole.KATA_CONFIG,
     }
 )
 
@@ -155,6 +162,9 @@ class RuntimeDescription(BaseModel):
     # None only for the emulated platforms, which run no VM and so install nothing.
     kata_config: str | None = Field(alias="kata-config")
     artefacts: tuple[Artefact, ...]
+    # Where a built runtime's files came from ("kata-static-3.9.0-amd64.tar.zst sha256:…");
+    # provenance for people, not part of the runtime hash.
+    source: str | None = None
 
     @field_validator("kata_config")
     @classmethod
@@ -197,7 +207,10 @@ class RuntimeDescription(BaseModel):
 
     def to_json(self) -> str:
         """The description as committed: hyphenated keys, two-space indent, final newline."""
-        return self.model_dump_json(by_alias=True, indent=2) + "\n"
+        document = self.model_dump(mode="json", by_alias=True)
+        if document["source"] is None:
+            del document["source"]  # stand-ins have none; their files stay as committed
+        return json.dumps(document, indent=2) + "\n"
 
 
 def parse_runtime(data: bytes | str, *, source: str) -> RuntimeDescription:
@@ -209,6 +222,19 @@ def parse_runtime(data: bytes | str, *, source: str) -> RuntimeDescription:
             f"runtime description {source} is invalid: {error}",
             hint="this is a packaging error; rebuild the runtime description",
         ) from error
+
+
+def load_payload(directory: Path) -> RuntimeDescription:
+    """The description of a built runtime's payload: `runtime.json` beside its artefacts."""
+    path = directory / PAYLOAD_DESCRIPTION
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise RuntimeDescriptionError(
+            f"payload {directory} has no readable {PAYLOAD_DESCRIPTION}: {error.strerror or error}",
+            hint="pass the directory `contrast runtime build` wrote (runtimes/<handler>)",
+        ) from None
+    return parse_runtime(data, source=str(path))
 
 
 def _runtimes_folder() -> Traversable:

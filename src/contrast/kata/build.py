@@ -1,0 +1,327 @@
+"""`contrast runtime build`: a Kata release in, a runtime for one platform out.
+
+What it writes into the output directory (the workspace `generate` runs in):
+
+- `runtimes/<handler>/`: the node installer's payload, `runtime.json` (the runtime description,
+  every artefact pinned by sha256 and size) and the artefacts at their paths below
+  `/opt/edgeless/<handler>/`: the Kata shim as `bin/containerd-shim-contrast-cc-v2`, QEMU behind a
+  small wrapper that gives it its data directory (see `layout`), its option ROMs, the kernel, the
+  measured image (or initrd), the firmware and the Kata configuration (`config.render`);
+- `reference-values.json`: the platform's reference values keyed by the handler (SNP: a launch
+  digest per product and vCPU count from sev-snp-measure; TDX: MRTD and RTMR1/RTMR2 predicted,
+  RTMR0 as given or expected missing), replacing earlier runtimes of the same platform;
+- `runtime-<platform>.yml`: the RuntimeClass and node-installer DaemonSet of the handler.
+
+The handler is `contrast-cc-<platform>-<8 hex>` from the description's content and the installer's
+source (`nodeinstaller.runtime`): a changed kernel byte is a new handler and new digests.
+
+Everything is read, checked and measured before the first write, so a release that lacks a file
+changes nothing. The payload is assembled in a scratch directory and renamed into place.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any
+
+from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
+from contrast.attestation.tdx import measure
+from contrast.errors import ContrastError
+from contrast.files import write_atomically
+from contrast.kata import cmdline, config, layout
+from contrast.kata.archive import KataRelease, open_release
+from contrast.kata.errors import KataReleaseError
+from contrast.kuberesource import release, yamlio
+from contrast.manifest import defaults
+from contrast.nodeinstaller.install import runtime_name_of
+from contrast.nodeinstaller.layout import kata_config_relative
+from contrast.nodeinstaller.runtime import (
+    DESCRIPTION_FORMAT,
+    INSTALL_PREFIX,
+    PAYLOAD_DESCRIPTION,
+    Artefact,
+    ArtefactRole,
+    Build,
+    RuntimeDescription,
+    stamp_artefact,
+)
+from contrast.platforms import Platform, Tee
+
+RUNTIMES = "runtimes"
+REFERENCE_VALUES = "reference-values.json"
+SHIM = PurePosixPath("bin/containerd-shim-contrast-cc-v2")
+WRAPPED_SUFFIX = "-wrapped"
+KATA_CONFIG_TEMPLATE_SUFFIX = ".in"
+_NAME_CHARACTERS = re.compile(r"[^a-z0-9.-]+")
+QEMU_WRAPPER = """\
+#!/bin/sh
+# Written by `contrast runtime build`. Kata's QEMU was built for /opt/kata (--disable-relocatable);
+# -L gives it its option ROMs from this runtime's install directory instead.
+here="${{0%/*}}"
+exec "$here/{program}" -L "$here/../{data}" "$@"
+"""
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    release: Path
+    platform: Platform
+    output: Path
+    max_vcpus: int = max(DEFAULT_VCPU_COUNTS)
+    tdx_rtmr0: bytes | None = None
+    tdx_page_add_order: measure.PageAddOrder = measure.PageAddOrder.TWO_PASS
+    node_selector: dict[str, str] = field(default_factory=dict)
+    payload_image: str | None = None
+
+
+@dataclass(frozen=True)
+class BuiltRuntime:
+    platform: Platform
+    handler: str
+    description: RuntimeDescription
+    payload: Path
+    reference_values: Path
+    resources: Path
+    kernel_cmdline: str
+    entries: list[dict[str, Any]]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class _File:
+    """One artefact before it is copied: what it is, where it goes, where it comes from."""
+
+    name: str
+    role: ArtefactRole
+    relative: PurePosixPath  # below the install directory
+    executable: bool
+    source: Path | None = None  # a release file, or
+    data: bytes | None = None  # bytes this build writes (the QEMU wrapper, the Kata config)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    files: list[_File]
+    settings: config.HypervisorSettings
+    kernel: Path
+    initrd: Path | None
+    firmware: Path
+
+
+def _artefact_name(prefix: str, relative: PurePosixPath) -> str:
+    return prefix + _NAME_CHARACTERS.sub("-", str(relative).lower()).strip("-.")
+
+
+def _qemu_data(release: KataRelease, qemu: PurePosixPath) -> Iterator[_File]:
+    data = layout.qemu_data_directory(qemu)
+    directory = release.path(data)
+    if not directory.is_dir():
+        raise KataReleaseError(
+            f"the release has no QEMU data directory {layout.PREFIX / data} for"
+            f" {layout.PREFIX / qemu}"
+        )
+    root = Path(os.path.realpath(release.root))
+    for path in sorted(directory.rglob("*")):
+        real = Path(os.path.realpath(path))
+        if not real.is_relative_to(root):
+            raise KataReleaseError(f"{path} links outside the release")
+        if real.is_file():
+            relative = data / path.relative_to(directory).as_posix()
+            name = _artefact_name("qemu-data-", relative.relative_to(data))
+            yield _File(name, ArtefactRole.VMM_DATA, relative, False, source=real)
+
+
+def _plan(release: KataRelease, platform: Platform) -> tuple[_Plan, str]:
+    """Every file of the runtime and the Kata config template, or the first thing missing."""
+    config_relative = layout.config_file(platform)
+    config_path = release.path(config_relative)
+    if not config_path.is_file():
+        raise KataReleaseError(
+            f"the release has no {layout.PREFIX / config_relative}",
+            hint=f"{platform.display_name} cannot be built from {release.source}; a release with"
+            f" {platform.tee.value.upper()} support ships it",
+        )
+    name = str(layout.PREFIX / config_relative)
+    text = config_path.read_text()
+    settings = config.settings(config.parse(text, name), name, platform)
+
+    def resolve(absolute: str, what: str) -> tuple[PurePosixPath, Path]:
+        return release.resolve(absolute, what)
+
+    qemu, qemu_file = resolve(settings.qemu, "QEMU")
+    kernel, kernel_file = resolve(settings.kernel, "guest kernel")
+    firmware, firmware_file = resolve(settings.firmware, "firmware")
+    disk_role = ArtefactRole.ROOTFS if settings.image else ArtefactRole.INITRD
+    disk, disk_file = resolve(
+        settings.image or settings.initrd, "guest image" if settings.image else "initrd"
+    )
+    shim_file = release.path(layout.SHIM)
+    if not shim_file.is_file():
+        raise KataReleaseError(f"the release has no Kata shim {layout.PREFIX / layout.SHIM}")
+    wrapped = qemu.with_name(qemu.name + WRAPPED_SUFFIX)
+    wrapper = QEMU_WRAPPER.format(program=wrapped.name, data=layout.qemu_data_directory(qemu))
+    files = [
+        _File("containerd-shim", ArtefactRole.SHIM, SHIM, True, source=shim_file),
+        _File("qemu", ArtefactRole.VMM, qemu, True, data=wrapper.encode()),
+        _File("qemu-binary", ArtefactRole.VMM_BINARY, wrapped, True, source=qemu_file),
+        *_qemu_data(release, qemu),
+        _File("kernel", ArtefactRole.KERNEL, kernel, False, source=kernel_file),
+        _File(disk_role.value, disk_role, disk, False, source=disk_file),
+        _File("firmware", ArtefactRole.FIRMWARE, firmware, False, source=firmware_file),
+    ]
+    tool = release.path(layout.KATA_RUNTIME)
+    if tool.is_file():
+        files.append(_File("kata-runtime", ArtefactRole.TOOL, layout.KATA_RUNTIME, True, tool))
+
+    def move(absolute: str) -> str:
+        relative = PurePosixPath(absolute).relative_to(layout.PREFIX)
+        return f"{INSTALL_PREFIX}{relative}"
+
+    rendered = config.render(text, name, platform, move)
+    kata_config = kata_config_relative(platform)
+    assert kata_config is not None  # a QEMU platform
+    template = PurePosixPath(kata_config + KATA_CONFIG_TEMPLATE_SUFFIX)
+    files.append(
+        _File("kata-config", ArtefactRole.KATA_CONFIG, template, False, data=rendered.encode())
+    )
+    # The command line comes from the rendered file, the one the shim reads.
+    rendered_settings = config.settings(config.parse(rendered, name), name, platform)
+    plan = _Plan(
+        files,
+        rendered_settings,
+        kernel_file,
+        None if settings.image else disk_file,
+        firmware_file,
+    )
+    return plan, kata_config
+
+
+def _measure(plan: _Plan, request: BuildRequest, line: str) -> list[dict[str, Any]]:
+    platform = request.platform
+    if platform.tee is Tee.SNP:
+        if request.tdx_rtmr0 is not None:
+            raise ContrastError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
+        image = GuestImage(plan.firmware, plan.kernel, plan.initrd, line)
+        return defaults.snp_reference_values(
+            image, platform, vcpu_counts=range(1, request.max_vcpus + 1)
+        )
+    predicted = measure.predict(
+        plan.firmware.read_bytes(),
+        plan.kernel.read_bytes(),
+        None if plan.initrd is None else plan.initrd.read_bytes(),
+        line,
+        rtmr0=request.tdx_rtmr0,
+        order=request.tdx_page_add_order,
+    )
+    return defaults.tdx_reference_values(platform, predicted)
+
+
+def _copy(file: _File, staging: Path) -> Artefact:
+    target = staging / str(file.relative)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if file.data is not None:
+        target.write_bytes(file.data)
+    else:
+        assert file.source is not None
+        shutil.copyfile(file.source, target)
+    target.chmod(0o755 if file.executable else 0o644)
+    return stamp_artefact(
+        name=file.name,
+        role=file.role,
+        relative=str(file.relative),
+        file=target,
+        executable=file.executable,
+    )
+
+
+def _check_names(files: list[_File]) -> None:
+    seen: dict[str, PurePosixPath] = {}
+    for file in files:
+        if file.name in seen:
+            raise KataReleaseError(
+                f"two files of the release would be the same artefact {file.name!r}:"
+                f" {seen[file.name]} and {file.relative}"
+            )
+        seen[file.name] = file.relative
+
+
+def _place(staging: Path, final: Path) -> None:
+    """Rename the staged payload into place; an existing one (same handler) is replaced whole."""
+    if final.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.replace(final, trash / final.name)
+        os.replace(staging, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, final)
+
+
+def _read_only(path: Path) -> bool:
+    return not os.access(path, os.W_OK) or not stat.S_ISDIR(path.stat().st_mode)
+
+
+def build_runtime(request: BuildRequest) -> BuiltRuntime:
+    """Build `request.platform`'s runtime from the Kata release into `request.output`."""
+    platform = request.platform
+    if request.max_vcpus < 1:
+        raise ContrastError(f"--max-vcpus must be at least 1, got {request.max_vcpus}")
+    output = request.output
+    if output.exists() and _read_only(output):
+        raise ContrastError(f"the output {output} is not a writable directory")
+    runtimes = output / RUNTIMES
+    with open_release(request.release, runtimes) as kata:
+        plan, kata_config = _plan(kata, platform)
+        _check_names(plan.files)
+        line = cmdline.kernel_command_line(plan.settings)
+        entries = _measure(plan, request, line)
+        runtimes.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=".staging-", dir=runtimes))
+        try:
+            artefacts = [_copy(file, staging) for file in plan.files]
+            source = kata.source if kata.sha256 is None else f"{kata.source} sha256:{kata.sha256}"
+            if kata.version:
+                source = f"Kata {kata.version}, {source}"
+            description = RuntimeDescription.model_validate(
+                {
+                    "format": DESCRIPTION_FORMAT,
+                    "platform": platform.name,
+                    "build": Build.RELEASE,
+                    "kernel-params": line,
+                    "kata-config": f"{INSTALL_PREFIX}{kata_config}",
+                    "artefacts": artefacts,
+                    "source": source,
+                }
+            )
+            handler = runtime_name_of(platform, description)
+            write_atomically(staging / PAYLOAD_DESCRIPTION, description.to_json().encode())
+            payload = runtimes / handler
+            _place(staging, payload)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    values = output / REFERENCE_VALUES
+    defaults.update_embedded(values, platform, entries, handler=handler)
+    resources = output / f"runtime-{platform.name}.yml"
+    documents = release.runtime_resources(
+        platform,
+        node_selector=request.node_selector,
+        payload=release.Payload(handler, request.payload_image),
+    )
+    write_atomically(resources, yamlio.dump_documents(documents).encode())
+    return BuiltRuntime(
+        platform=platform,
+        handler=handler,
+        description=description,
+        payload=payload,
+        reference_values=values,
+        resources=resources,
+        kernel_cmdline=line,
+        entries=entries,
+        notes=defaults.missing_value_notes(platform, entries),
+    )

@@ -1,0 +1,9 @@
+"""What a Kata release can lack or get wrong, as one family under `ContrastError`."""
+
+from __future__ import annotations
+
+from contrast.errors import ContrastError
+
+
+class KataReleaseError(ContrastError):
+    """The release cannot be read or lacks what the platform's runtime needs."""
