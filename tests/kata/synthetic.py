@@ -34,8 +34,7 @@ IMAGE_NAME = "kata-ubuntu-noble-confidential.image"
 ROOT_HASH = "6a1c4fdbd9a5bf2a32cd0b4b9c6e8d47b5e1a0a2c9e3f3d3a0e4b2a1c0f9e8d7"
 SALT = "d1e2f3a4b5c6d7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2"
 VERITY = (
-    f"root_hash={ROOT_HASH},salt={SALT},data_blocks=65536,data_block_size=4096,"
-    "hash_block_size=4096"
+    f"root_hash={ROOT_HASH},salt={SALT},data_blocks=65536,data_block_size=4096,hash_block_size=4096"
 )
 PREFIX = "/opt/kata"
 QEMU_DATA = ("kvmvapic.bin", "linuxboot_dma.bin", "efi-virtio.rom", "firmware/60-edk2-x86_64.json")
@@ -53,7 +52,9 @@ machine_type = "q35"
 rootfs_type = "ext4"
 confidential_guest = true
 {tee_keys}rootless = false
-enable_annotations = ["enable_iommu", "kernel_params", "kernel_verity_params", "default_vcpus", "default_memory"]
+enable_annotations = [
+    "enable_iommu", "kernel_params", "kernel_verity_params", "default_vcpus", "default_memory",
+]
 valid_hypervisor_paths = ["{prefix}/bin/{qemu}"]
 kernel_params = "{kernel_params}"
 kernel_verity_params = "{verity}"
@@ -109,8 +110,7 @@ def config(tee: str) -> str:
         prefix=PREFIX,
         qemu=f"qemu-system-x86_64-{tee}-experimental",
         tee_keys=(
-            'sev_snp_guest = true\nsnp_id_block = ""\nsnp_id_auth = ""\n'
-            "snp_guest_policy = 196608\n"
+            'sev_snp_guest = true\nsnp_id_block = ""\nsnp_id_auth = ""\nsnp_guest_policy = 196608\n'
             if snp
             else "tdx_quote_generation_service_socket_port = 0\n"
         ),

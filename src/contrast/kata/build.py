@@ -276,7 +276,7 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
     if output.exists() and _read_only(output):
         raise ContrastError(f"the output {output} is not a writable directory")
     runtimes = output / RUNTIMES
-    with open_release(request.release, runtimes) as kata:
+    with open_release(request.release, output) as kata:
         plan, kata_config = _plan(kata, platform)
         _check_names(plan.files)
         line = cmdline.kernel_command_line(plan.settings)
