@@ -180,7 +180,7 @@ def _members(tree: dict[str, bytes | str]) -> Iterable[tuple[tarfile.TarInfo, by
 
 
 def tarball(tree: dict[str, bytes | str], path: Path, compression: str) -> Path:
-    """The release as Kata publishes it: `zst` (since 3.3), `xz` (before) or `gz`."""
+    """The release as Kata publishes it: `zst` (since 3.21), `xz` (before) or `gz`."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
         for info, content in _members(tree):

@@ -1,6 +1,6 @@
 """Opening a Kata static release: the tarball as published, or the tree it unpacks to.
 
-The compression is recognised by its magic bytes, not the file name: zstd (releases since 3.3),
+The compression is recognised by its magic bytes, not the file name: zstd (releases since 3.21.0),
 xz (older ones), gzip or none. Only the members a runtime can use (`layout.is_needed`) are
 unpacked, with `tarfile`'s `data` filter, which refuses absolute paths, links out of the tree and
 device files; a symlink such as `vmlinuz-confidential.container -> vmlinuz-6.x-confidential` is

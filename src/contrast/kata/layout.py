@@ -5,7 +5,7 @@ Facts from kata-containers/kata-containers at `KATA_SOURCE_COMMIT`:
 - `tools/packaging/kata-deploy/local-build/kata-deploy-binaries.sh`: everything is installed under
   the prefix `/opt/kata` (tarball members `./opt/kata/...`); the merged release is
   `kata-static-<version>-<arch>.tar.zst` (`tools/packaging/release/release.sh`; releases before
-  3.3 were `.tar.xz`), with the version in `opt/kata/VERSION`.
+  3.21.0 were `.tar.xz`, commit ad240a39e6), with the version in `opt/kata/VERSION`.
 - `tools/packaging/static-build/shim-v2/build.sh` and `src/runtime/Makefile`: the Go shim
   `bin/containerd-shim-kata-v2` and `bin/kata-runtime`; the rendered configurations in
   `share/defaults/kata-containers/configuration-<hypervisor>[-<variant>].toml`, with every asset
