@@ -128,6 +128,7 @@ def test_configurations_kata_cannot_boot_confidentially_are_refused() -> None:
         (text.replace('firmware_volume = ""', 'firmware_volume = "/opt/kata/x"'), "firmware_vol"),
         (text.replace("kernel = ", 'initrd = "/opt/kata/i"\nkernel = '), "exactly one"),
         (text.replace("[hypervisor.qemu]", "[hypervisor.clh]"), r"\[hypervisor.qemu\]"),
+        (text.replace("snp_guest_policy = 196608", "snp_guest_policy = 720896"), "0x30000"),
     ]
     for broken, message in cases:
         with pytest.raises(KataReleaseError, match=message):

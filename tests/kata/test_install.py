@@ -24,6 +24,7 @@ import pytest
 from contrast.cli.main import main
 from contrast.kata.build import BuiltRuntime
 from contrast.nodeinstaller.runtime import load_payload
+from tests.images.conftest import stop
 from tests.kata import synthetic
 from tests.kata.conftest import build
 from tests.nodeinstaller.conftest import snapshot
@@ -196,12 +197,7 @@ def test_a_built_runtime_installs_and_containerd_lists_it(
         assert [(r[0], r[-1]) for r in cri] == [("io.containerd.grpc.v1", "ok")], plugins.stdout
         listed = cri_config(socket)["containerd"]["runtimes"]
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
     assert sorted(listed) == sorted(["runc", built.handler])
     ours = listed[built.handler]
     assert ours["runtimeType"] == "io.containerd.contrast-cc.v2"

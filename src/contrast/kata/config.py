@@ -34,6 +34,9 @@ HYPERVISOR = "qemu"
 AGENT = "kata"
 INITDATA_ANNOTATION = "cc_init_data"
 EMPTYDIR_MODE = "block-encrypted"
+# The SNP guest policy Kata's SNP configuration sets (`snp_guest_policy = 196608`: bit 16 SMT,
+# bit 17 reserved-must-be-one) and the one `manifest.defaults` pins (ABIMinor 0, SMT true).
+SNP_GUEST_POLICY = 0x30000
 # Keys whose values are paths of release files (`[hypervisor.qemu]`).
 ASSET_KEYS = ("path", "kernel", "image", "initrd", "firmware")
 
@@ -110,6 +113,13 @@ def settings(document: dict[str, Any], name: str, platform: Platform) -> Hypervi
             f"{name}: sev_snp_guest is {flag('sev_snp_guest')}, which does not fit"
             f" {platform.display_name}"
         )
+    if platform.tee is Tee.SNP:
+        policy = hypervisor.get("snp_guest_policy", SNP_GUEST_POLICY)
+        if policy != SNP_GUEST_POLICY:
+            raise KataReleaseError(
+                f"{name}: snp_guest_policy is {policy!r}; Contrast's reference values pin"
+                f" {SNP_GUEST_POLICY:#x} (ABI 0.0, SMT allowed, no debug, no migration agent)",
+            )
     for unsupported in ("firmware_volume",):
         if text(unsupported):
             raise KataReleaseError(f"{name}: {unsupported} is set, which Contrast cannot measure")
