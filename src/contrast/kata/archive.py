@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import IO
 
-import zstandard
-
 from contrast.kata import layout
 from contrast.kata.errors import KataReleaseError
 
@@ -85,8 +83,14 @@ def _decompressed(path: Path) -> Iterator[IO[bytes]]:
     magic = _magic(path)
     with path.open("rb") as raw:
         if magic.startswith(ZSTD_MAGIC):
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                yield reader
+            # Imported here: only this path needs it, and every other command starts without it.
+            import zstandard  # noqa: PLC0415
+
+            try:
+                with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                    yield reader
+            except zstandard.ZstdError as error:
+                raise tarfile.ReadError(f"zstd: {error}") from None
         elif magic.startswith(XZ_MAGIC):
             with lzma.open(raw) as reader:
                 yield reader
@@ -111,7 +115,7 @@ def _unpack(path: Path, destination: Path) -> None:
                 if relative is None or not layout.is_needed(relative):
                     continue
                 archive.extract(member, destination, filter="data")
-    except (tarfile.TarError, lzma.LZMAError, zstandard.ZstdError, EOFError) as error:
+    except (tarfile.TarError, lzma.LZMAError, EOFError) as error:
         raise KataReleaseError(
             f"{path} is not a readable Kata release tarball: {error}",
             hint="pass kata-static-<version>-amd64.tar.zst (or .tar.xz) as downloaded,"
