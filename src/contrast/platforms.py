@@ -2,9 +2,11 @@
 
 The runtime class of a platform is `contrast-cc-<platform>-<hash>`, where the hash identifies the
 runtime (kernel, image, firmware, VMM, shim, installer) so that several versions can be installed
-side by side (research/contrast.md §2.3). The hash is derived from the platform's shipped runtime
-description and the node installer's source (`contrast.nodeinstaller.runtime`), as the original
-derives it from the node-installer image's layers and source.
+side by side (research/contrast.md §2.3). The hash is derived from the runtime description and
+the node installer's source (`contrast.nodeinstaller.runtime`), as the original derives it from the
+node-installer image's layers and source. `runtime_class_name` is that of the description shipped
+with this release; a runtime built from a Kata release (`contrast runtime build`) has its own,
+which `generate` takes from the reference values the build wrote.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Reference values for the platforms a deployment uses.
 
-Real platforms take the release's defaults (`contrast.manifest.defaults`), which name the values
-only the operator knows (bare-metal TCB, MRSEAM) as missing. The emulated platforms trust the
+Real platforms take the values of their runtime: the one `contrast runtime build` wrote into the
+workspace's `reference-values.json` (keyed by its handler), else this release's defaults
+(`contrast.manifest.defaults`); both name the values only the operator knows (bare-metal TCB,
+MRSEAM, TDX RTMR0) as missing. The emulated platforms trust the
 root of one emulated TEE, kept in a state directory that the Coordinator and the Initializers of
 the local flow share; its entry can never admit real evidence, nor real entries emulated evidence.
 """

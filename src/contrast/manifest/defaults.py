@@ -7,19 +7,21 @@ release build time and embedded as `assets/reference-values.json`, keyed by runt
     {"contrast-cc-metal-qemu-snp-1a2b3c4d": {"snp": [...]},
      "contrast-cc-metal-qemu-tdx-5e6f7a8b": {"tdx": [...]}}
 
-`contrast runtime reference-values` is that build step: it measures the image (SNP: one entry per
-product Milan/Genoa × vCPU count 1–8, with sev-snp-measure; TDX: MRTD and RTMR1–3 predicted from
-firmware, kernel, cmdline and initrd, RTMR0 from a known-good boot) and writes the entries into the
-file (not for AKS-CLH-SNP, which boots an IGVM image that sev-snp-measure cannot measure; its
-entries, with ABIMinor 31, must come from igvmmeasure). This repository has no guest image, so the
-shipped file is empty; for a platform without
-entries `default_reference_values` raises an error that says what is missing and how to produce
-it, rather than inventing values.
+`contrast runtime build` (from a Kata release, into the workspace's `reference-values.json`) and
+`contrast runtime reference-values` (file by file) are that build step: they measure the image
+(SNP: one entry per product Milan/Genoa × vCPU count 1–8, with sev-snp-measure; TDX: MRTD and
+RTMR1–3 predicted from firmware, kernel, cmdline and initrd, RTMR0 from a known-good boot or left
+to the operator) and write the entries into the file (not for AKS-CLH-SNP, which boots an IGVM
+image that sev-snp-measure cannot measure; its entries, with ABIMinor 31, must come from
+igvmmeasure). This repository has no guest image, so the shipped file is empty; for a platform
+without entries `default_reference_values` raises an error that says what is missing and how to
+produce it, rather than inventing values.
 
 Values only the operator knows are "expected missing" (the original's term): written as `null`
-(which the verifier reads as "not checked") and named in the notes returned next to the values,
-so `contrast generate` can tell the user what to fill in: the bare-metal SNP `MinimumTCB`, and the
-TDX `MrSeam`. Emulated platforms are not handled here: their entries name the emulated TEE's roots
+(which the verifier reads as "not checked") and named in the notes returned next to the values, so
+`contrast generate` can tell the user what to fill in: the bare-metal SNP `MinimumTCB`, and the TDX
+`MrSeam` and, unless a known-good boot gave it, `Rtmrs[0]`. Emulated platforms are not handled
+here: their entries name the emulated TEE's roots
 (`manifest.verifier.emulated_*_reference_values`).
 """
 

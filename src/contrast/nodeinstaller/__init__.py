@@ -2,8 +2,10 @@
 
 `runtime` describes what a runtime consists of (and names it by its content), `artefacts` checks
 the files against that description, `kataconfig` and `containerdconfig` render and patch the two
-configuration files, `restart` restarts containerd, and `install` runs these steps in an order that
-leaves the host either untouched or consistently updated. The modules import nothing from the
-rest of Contrast but `errors`, `files` and `platforms`, and `runtime` not even `platforms`, which
-builds the runtime class names on top of it.
+configuration files (a runtime built from a Kata release by `contrast.kata.build` brings its own
+Kata configuration, with `@@runtimeName@@` for the handler; the stand-ins get one rendered here),
+`restart` restarts containerd, and `install` runs these steps in an order that leaves the host
+either untouched or consistently updated. The modules import nothing from the rest of Contrast but
+`errors`, `files` and `platforms`, and `runtime` not even `platforms`, which builds the runtime
+class names on top of it.
 """

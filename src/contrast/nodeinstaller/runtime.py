@@ -8,10 +8,11 @@ node installer installs exactly these bytes; the reference values are computed f
 files. `@@runtimeName@@` is the runtime handler (research/contrast.md §2.3), which in turn is
 derived from this description, so the paths hold the placeholder, never the name.
 
-`build` says where the digests come from. A release build stamps them from the files it built
-(`stamp_artefact`); the descriptions committed to the repository are `stand-in`: stamped from the
-deterministic placeholder files of `standins.py`, because no real guest image is built here. Such
-a runtime installs and patches containerd correctly but cannot start a VM.
+`build` says where the digests come from. `contrast runtime build` (`contrast.kata.build`) stamps
+them from the files of a Kata static release and writes the description as `runtime.json` into
+the payload beside them (`load_payload`); the descriptions committed to the repository are
+`stand-in`: stamped from the deterministic placeholder files of `standins.py`, the fallback when no
+runtime was built. Such a runtime installs and patches containerd correctly but cannot start a VM.
 
 The runtime hash follows the original's `hashDirs` (§2.3): one line per input, sorted bytewise,
 SHA-256 over the lines, first 8 hex characters. The inputs are the artefacts' digests, sizes, modes
