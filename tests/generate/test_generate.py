@@ -132,6 +132,17 @@ def _assert_refused_and_unchanged(
         ),
         (lambda text: text + "---\n" + alias_bomb(9), "aliases expand"),
         (lambda text: text + "---\n" + DEEP, "nested more deeply"),
+        (
+            lambda text: text.replace("memory: 128Mi", "memory: [128Mi]", 1),
+            "Deployment/web: spec.template.spec.containers[0].resources.limits.memory: ",
+        ),
+        (
+            lambda text: text.replace(
+                "servicemesh-ingress:", "servicemesh-admin-interface-port: 9901\n        x:", 1
+            ),
+            "annotations.contrast.edgeless.systems/servicemesh-admin-interface-port: 9901 is not of"
+            " type 'string'",
+        ),
     ],
     ids=[
         "unknown image",
@@ -140,6 +151,8 @@ def _assert_refused_and_unchanged(
         "egress outside loopback",
         "alias bomb",
         "deep nesting",
+        "field of another type",
+        "annotation that is a number",
     ],
 )
 def test_failures_are_one_line_and_change_nothing(

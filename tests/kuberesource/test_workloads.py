@@ -48,6 +48,7 @@ def test_lists_and_other_kinds() -> None:
     ]
     assert [w.kind for w in workloads(documents)] == ["Pod", "Job", "CronJob"]
     assert not is_workload(documents[0])
+    assert not is_workload({"kind": {"Deployment": 1}})  # a kind that cannot even be hashed
 
 
 def test_coordinator_role_and_secret_id() -> None:

@@ -121,6 +121,14 @@ def test_invalid_yaml_names_file_and_line(tmp_path: Path) -> None:
         load_text("a: 1\na: 2\n", "dup.yml")
 
 
+def test_a_control_character_is_one_line() -> None:
+    with pytest.raises(YamlError) as error:
+        load_text("\x1fkind: Pod\n", "odd.yml")
+    message = error.value.explain()
+    assert "\n" not in message
+    assert message.startswith("odd.yml: unacceptable character #x001f")
+
+
 def test_unreadable_and_binary_files(tmp_path: Path) -> None:
     with pytest.raises(YamlError, match="cannot read"):
         yamlio.load(tmp_path / "missing.yml")

@@ -127,3 +127,33 @@ def test_pointer_escapes_and_array_positions() -> None:
     )
     assert patched == {"a/b": {"m~n": [1, 2, 3, 4]}}
     assert document == {"a/b": {"m~n": [1, 3]}}
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "message"),
+    [
+        (("devices", "vfio", "nvidia", "pgpu_resource_keys"), [{"x": 1}],
+         "devices.vfio.nvidia.pgpu_resource_keys[0] is an object, not a string"),
+        (("common",), [], "common is a list, not an object"),
+        (("cluster_config", "guest_pull"), "yes",
+         "cluster_config.guest_pull is a string, not a boolean"),
+    ],
+)  # fmt: skip
+def test_settings_of_another_shape_name_the_place(
+    tmp_path: Path, path: tuple[str, ...], value: Any, message: str
+) -> None:
+    document = json.loads(default_settings().to_text())
+    node = document
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (tmp_path / "settings.json").write_text(json.dumps(document))
+    with pytest.raises(SettingsError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        load_settings(tmp_path / "settings.json")
+
+
+def test_keys_the_defaults_lack_are_free(tmp_path: Path) -> None:
+    document = json.loads(default_settings().to_text())
+    document["common"]["my_rule_setting"] = [{"anything": 1}]
+    (tmp_path / "settings.json").write_text(json.dumps(document))
+    assert load_settings(tmp_path / "settings.json").get("common", "my_rule_setting")

@@ -63,7 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ContrastError as error:
         if arguments.debug:
             raise
-        print(f"contrast: {error.explain()}", file=sys.stderr)
+        # One line, whatever a message quoted (a parser's multi-line report, a file name).
+        print(f"contrast: {' '.join(error.explain().splitlines())}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130

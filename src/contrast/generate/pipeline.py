@@ -28,7 +28,7 @@ from contrast.generate.manifest import WorkloadIdentity
 from contrast.generate.references import ReferenceValueProvider
 from contrast.images.model import ImageFacts
 from contrast.images.resolver import ImageResolver
-from contrast.kuberesource import checks, inject, runtimeclass, yamlio
+from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
 from contrast.kuberesource.workloads import Workload
 from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
@@ -142,6 +142,11 @@ def _previous_manifest(path: Path) -> dict[str, Any] | None:
     return document
 
 
+def _kind(document: Mapping[str, Any]) -> str:
+    kind = document.get("kind")
+    return kind if isinstance(kind, str) else ""
+
+
 def _kind_of_value(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
@@ -213,7 +218,15 @@ def generate(
 
     files = yamlio.load_paths(options.paths)
     result.warnings.extend(_not_objects(files))
-    documents = [document for file in files for document in file.documents]
+    config_documents = [
+        (document, file.name)
+        for file in files
+        for document in file.documents
+        if isinstance(document, Mapping) and _kind(document) in CONFIG_KINDS
+    ]
+    schema.check_all(
+        [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents
+    )
     choices = runtimeclass.resolve_all(
         [w for file in files for w in file.workloads()], options.platform
     )
@@ -247,11 +260,7 @@ def generate(
     images: dict[str, ImageFacts] = {image: known[image] for image in wanted if image in known}
     images.update(resolver.resolve([image for image in wanted if image not in known]))
 
-    config_resources = [
-        yamlio.to_plain(document)
-        for document in documents
-        if isinstance(document, Mapping) and document.get("kind") in CONFIG_KINDS
-    ]
+    config_resources = [yamlio.to_plain(document) for document, _ in config_documents]
     identities = []
     for workload, platform in placed:
         policy = generator.generate(workload, images, config_resources)

@@ -200,7 +200,10 @@ def _containers(
 
 
 def is_workload(resource: Any) -> bool:
-    return isinstance(resource, MutableMapping) and resource.get("kind") in POD_TEMPLATE_PATHS
+    if not isinstance(resource, MutableMapping):
+        return False
+    kind = resource.get("kind")
+    return isinstance(kind, str) and kind in POD_TEMPLATE_PATHS
 
 
 def workloads(resources: Iterable[Any], source: str = "") -> Iterator[Workload]:

@@ -234,7 +234,8 @@ def _error(name: str, error: YAMLError) -> YamlError:
             f"{name}: line {mark.line + 1}, column {mark.column + 1}: {problem}",
             hint="fix the YAML syntax there",
         )
-    return YamlError(f"{name}: {error}", hint="fix the YAML syntax")
+    # ruamel's messages span lines ("  in <unicode string>, position 3"): one line for the CLI.
+    return YamlError(f"{name}: {' '.join(str(error).split())}", hint="fix the YAML syntax")
 
 
 def _fingerprint(document: Any) -> str:

@@ -11,6 +11,7 @@ are accepted too). Settings are kept as the parsed document: the generator copie
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -55,7 +56,55 @@ def _checked(document: Any, source: str) -> dict[str, Any]:
             f"{source}: settings lack {', '.join(missing)}",
             hint="start from the settings.json `contrast generate` writes and adapt it",
         )
+    problem = _shape_problem(document, _default_document(), "")
+    if problem is not None:
+        raise SettingsError(
+            f"{source}: {problem}",
+            hint="keep the shape of the settings.json `contrast generate` writes",
+        )
     return document
+
+
+@functools.cache
+def _default_document() -> Any:
+    return json.loads(default_settings_text())
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return "a string" if isinstance(value, str) else "null"
+
+
+def _shape_problem(value: Any, default: Any, path: str) -> str | None:
+    """Where `value` departs from the JSON type the defaults have at `path`, if anywhere.
+
+    The generator reads settings expecting the defaults' shape, so a list where the defaults
+    have an object would otherwise fail deep inside it. Keys the defaults lack, and values the
+    defaults leave null, are not checked; list elements are compared with the first default.
+    """
+    if default is None:
+        return None
+    if _kind(value) != _kind(default):
+        return f"{path or 'the settings'} is {_kind(value)}, not {_kind(default)}"
+    if isinstance(default, dict):
+        for key, item in value.items():
+            if key in default:
+                problem = _shape_problem(item, default[key], f"{path}.{key}".lstrip("."))
+                if problem is not None:
+                    return problem
+    elif isinstance(default, list) and default:
+        for index, item in enumerate(value):
+            problem = _shape_problem(item, default[0], f"{path}[{index}]")
+            if problem is not None:
+                return problem
+    return None
 
 
 @dataclass(frozen=True)

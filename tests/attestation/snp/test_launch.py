@@ -122,9 +122,13 @@ def test_missing_file_is_a_typed_error(tmp_path: Path) -> None:
         launch_digest(GuestImage(tmp_path / "nope.fd"), vcpus=1, vcpu_type=Product.MILAN)
 
 
-def test_firmware_without_sev_metadata_is_a_typed_error(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "size",
+    [8192, 18],  # 18 bytes: no whole page, which sev-snp-measure checks with `assert`
+)
+def test_firmware_without_sev_metadata_is_a_typed_error(tmp_path: Path, size: int) -> None:
     firmware = tmp_path / "plain.fd"
-    firmware.write_bytes(b"\xff" * 8192)
+    firmware.write_bytes(b"\xff" * size)
     with pytest.raises(LaunchDigestError, match="cannot measure"):
         launch_digest(GuestImage(firmware), vcpus=1, vcpu_type=Product.MILAN)
 

@@ -12,6 +12,7 @@ is a typed front for its library API with errors a user can act on.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,8 +93,9 @@ def launch_digest(
             vmm_type=VMMType.QEMU,
         )
     # sev-snp-measure reports a bad OVMF as RuntimeError/ValueError (wrong metadata signature,
-    # unknown section type, missing footer table entries) and a short file as struct errors.
-    except (RuntimeError, ValueError, IndexError, OSError) as error:
+    # unknown section type, missing footer table entries), a short file as struct errors, and a
+    # section that is no whole number of pages as a failed `assert`.
+    except (RuntimeError, ValueError, IndexError, OSError, struct.error, AssertionError) as error:
         raise LaunchDigestError(
             f"cannot measure {image.ovmf}: {error}",
             hint="the firmware must be an OVMF AmdSev build with SEV metadata and kernel hashes",
