@@ -7,29 +7,67 @@ anything else is a bug and shows its traceback only with `--debug`.
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from contrast import __version__
-from contrast.cli import (
-    components,
-    demo,
-    evidence,
-    generate,
-    nodeinstaller,
-    policy,
-    release,
-    servicemesh,
-    userapi,
-)
 from contrast.errors import ContrastError
 
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A top-level command: the module under `contrast.cli` that registers it, and its help."""
+
+    module: str
+    help: str
+
+
+# Every command, in the order `contrast --help` lists them. A module is imported only when its
+# command runs: together they pull in grpc, pydantic, the Coordinator and the policy engine,
+# which cost 0.4 s that `contrast --help` or `contrast evidence verify` should not pay.
+# tests/cli/test_main.py checks that each help equals the one its module registers.
+COMMANDS = {
+    "demo": Command(
+        "demo", "run Coordinator and workloads locally on the emulated TEE, end to end"
+    ),
+    "generate": Command(
+        "generate", "make the pods in Kubernetes YAML confidential and write the manifest"
+    ),
+    "set": Command("userapi", "attest the Coordinator and set the manifest"),
+    "verify": Command(
+        "userapi", "attest the Coordinator and write what a data owner needs to verify/"
+    ),
+    "recover": Command("userapi", "attest a restarted Coordinator and give it back the seed"),
+    "coordinator": Command("components", "run the Coordinator (user API, mesh API, metrics)"),
+    "initializer": Command(
+        "components", "get this workload's mesh certificate and secret (init container)"
+    ),
+    "servicemesh": Command("servicemesh", "the service-mesh sidecar (Envoy)"),
+    "runtime": Command(
+        "release", "print the RuntimeClass and node-installer DaemonSet of a platform"
+    ),
+    "coordinator-resources": Command(
+        "release", "print the Coordinator StatefulSet and its Services"
+    ),
+    "node-installer": Command(
+        "nodeinstaller", "install a platform's runtime into a node's root and add it to containerd"
+    ),
+    "evidence": Command("evidence", "inspect attestation evidence"),
+    "policy": Command("policy", "evaluate Kata agent requests against a policy"),
+}
+
+
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser: complete for the command `argv` names, the others only by name and help.
+
+    Without `argv`, every command is complete (for tests and documentation).
+    """
     parser = argparse.ArgumentParser(
         prog="contrast",
         description="Confidential containers on Kubernetes, proven by remote attestation.",
@@ -39,20 +77,27 @@ def build_parser() -> argparse.ArgumentParser:
         "--debug", action="store_true", help="show debug logs and tracebacks of failures"
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    demo.register(commands)
-    generate.register(commands)
-    userapi.register(commands)
-    components.register(commands)
-    servicemesh.register(commands)
-    release.register(commands)
-    nodeinstaller.register(commands)
-    evidence.register(commands)
-    policy.register(commands)
+    if argv is None:
+        modules = list(dict.fromkeys(command.module for command in COMMANDS.values()))
+    else:
+        chosen = COMMANDS.get(_command_name(argv) or "")
+        modules = [chosen.module] if chosen is not None else []
+    for module in modules:
+        importlib.import_module(f"contrast.cli.{module}").register(commands)
+    for name, command in COMMANDS.items():
+        if name not in commands.choices:
+            commands.add_parser(name, help=command.help)
     return parser
 
 
+def _command_name(argv: Sequence[str]) -> str | None:
+    """The command `argv` names: its first word that is not an option (none takes a value)."""
+    return next((word for word in argv if not word.startswith("-")), None)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     arguments = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if arguments.debug else logging.WARNING,

@@ -1,0 +1,87 @@
+"""The command table in `cli/main.py`: lazy, complete, and in step with the modules."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import subprocess
+import sys
+
+import pytest
+
+from contrast.cli.main import COMMANDS, build_parser, main
+
+# What the heavy commands pull in; none of it may load before a command that needs it runs.
+HEAVY = ("grpc", "pydantic", "contrast.coordinator", "regorus", "ruamel", "contrast.generate")
+
+
+def _loaded_after(code: str) -> set[str]:
+    probe = f"import sys\n{code}\nprint('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    )
+    return set(result.stdout.split())
+
+
+def _heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+
+
+def test_the_cli_loads_no_command_until_one_runs() -> None:
+    loaded = _loaded_after("import contrast.cli.main as m\nm.build_parser(['--help'])")
+    assert _heavy(loaded) == []
+    assert not any(name.startswith("contrast.cli.") and name != "contrast.cli.main"
+                   for name in loaded)  # fmt: skip
+
+
+def test_evidence_verify_loads_neither_grpc_nor_the_coordinator() -> None:
+    loaded = _loaded_after("import contrast.cli.main as m\nm.build_parser(['evidence', 'verify'])")
+    assert "contrast.cli.evidence" in loaded
+    assert _heavy(loaded) == []
+
+
+def _registered(module: str) -> dict[str, str]:
+    """The commands `module` registers, with their help."""
+    commands = argparse.ArgumentParser().add_subparsers()
+    importlib.import_module(f"contrast.cli.{module}").register(commands)
+    return {action.dest: str(action.help) for action in commands._choices_actions}
+
+
+@pytest.mark.parametrize("module", sorted({command.module for command in COMMANDS.values()}))
+def test_the_table_names_each_module_s_commands_with_their_help(module: str) -> None:
+    expected = {
+        name: command.help for name, command in COMMANDS.items() if command.module == module
+    }
+    assert _registered(module) == expected
+
+
+def test_help_lists_every_command_in_the_table_s_order(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    positions = [out.index(f"\n    {name}") for name in COMMANDS]
+    assert positions == sorted(positions)
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_each_command_parses_its_own_help(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main([name, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: contrast {name}")
+
+
+def test_the_full_parser_has_every_command() -> None:
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    assert list(subparsers.choices) == list(COMMANDS)
+
+
+def test_an_unknown_command_names_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["nope"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "invalid choice: 'nope'" in err
+    assert "node-installer" in err
