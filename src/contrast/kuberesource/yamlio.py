@@ -15,13 +15,14 @@ changed documents are serialised, because ruamel's round-trip code is slow.
 from __future__ import annotations
 
 import datetime
+import hashlib
 import io
 import itertools
 import json
 import re
 import stat
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping, MutableSequence, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -30,6 +31,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.events import DocumentEndEvent
 from ruamel.yaml.scalarbool import ScalarBoolean
+from ruamel.yaml.scalarstring import (
+    DoubleQuotedScalarString,
+    ScalarString,
+    SingleQuotedScalarString,
+)
 
 from contrast.files import write_atomically
 from contrast.kuberesource import yamlbounds
@@ -282,12 +288,14 @@ def _document_texts(text: str, name: str) -> list[str]:
 def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
     """Parse a YAML stream; `path` names it in messages and tells `write()` where it goes."""
     name = "<stdin>" if str(path) == STDIO else str(path)
-    try:
-        documents = tuple(_yaml().load_all(text))
-    except YAMLError as error:
-        raise _error(name, error) from error
-    except RecursionError:
-        raise yamlbounds.too_deep(name) from None
+    documents = _load_with_blobs_set_aside(text)
+    if documents is None:
+        try:
+            documents = tuple(_yaml().load_all(text))
+        except YAMLError as error:
+            raise _error(name, error) from error
+        except RecursionError:
+            raise yamlbounds.too_deep(name) from None
     yamlbounds.check_aliases(documents, text, name)
     texts = _split_at_markers(text, len(documents))
     if texts is None:
@@ -306,6 +314,81 @@ def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
             )
         )
     return ResourceFile(Path(path), documents, text, tuple(sources))
+
+
+# A long run of base64 characters that stands alone between blanks or quotes: the value of an
+# initdata annotation (16 KB in a typical policy), a certificate or key in a ConfigMap. ruamel's
+# pure-Python scanner reads it character by character, which was half of `generate`'s time.
+# It must hold a character that no YAML number, boolean or null has ([G-Z], '/', lowercase
+# letters other than o and x), so that it can only be a string, whatever the YAML version.
+BLOB_MINIMUM = 1024
+_BLOB = re.compile(
+    rf"(?<![^\s'\"])(?=[A-Za-z0-9+/=]{{{BLOB_MINIMUM}}})(?=[A-Za-z0-9+/=]*?[G-Zg-np-wyz/])"
+    r"[A-Za-z0-9+/=]+(?![^\s'\"])"
+)
+# The kinds of string a blob may be restored into: those whose only state is their text.
+_RESTORABLE = (str, DoubleQuotedScalarString, SingleQuotedScalarString)
+
+
+def _load_with_blobs_set_aside(text: str) -> tuple[Any, ...] | None:
+    """The documents of `text`, parsed with each long blob replaced by a short token.
+
+    Each token is put back into the string value it landed in, so the result equals what ruamel
+    reads from `text` itself. None (parse `text` itself) when there is no blob, when a token
+    landed anywhere but in a plain or quoted string value (a key, a comment, a folded or
+    anchored scalar), or when the shortened text does not parse: the full parse then gives the
+    exact error.
+    """
+    blobs = _BLOB.findall(text)
+    if not blobs:
+        return None
+    nonce = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    prefix = f"contrastblob{nonce}n"
+    if prefix in text:
+        return None
+    numbers = iter(itertools.count())
+    shortened = _BLOB.sub(lambda _: f"{prefix}{next(numbers)}z", text)
+    try:
+        documents = tuple(_yaml().load_all(shortened))
+    except Exception:  # whatever it is, the full parse gives ruamel's own answer
+        return None
+    token = re.compile(rf"{prefix}(\d+)z")
+    restored = 0
+
+    def restore(value: Any) -> Any:
+        nonlocal restored
+        if isinstance(value, str) and prefix in value:
+            anchored = isinstance(value, ScalarString) and value.anchor.value is not None
+            if type(value) not in _RESTORABLE or anchored:
+                raise _NotRestorable
+            text, count = token.subn(lambda match: blobs[int(match.group(1))], value)
+            restored += count
+            return type(value)(text)
+        if isinstance(value, MutableMapping):
+            for key, item in list(value.items()):
+                if isinstance(key, str) and prefix in key:
+                    raise _NotRestorable
+                new = restore(item)
+                if new is not item:
+                    if getattr(value, "merge", None):  # the key may be a merged one: keep out
+                        raise _NotRestorable
+                    value[key] = new
+        elif isinstance(value, MutableSequence):
+            for index, item in enumerate(value):
+                new = restore(item)
+                if new is not item:
+                    value[index] = new
+        return value
+
+    try:
+        documents = tuple(restore(document) for document in documents)
+    except _NotRestorable:
+        return None
+    return documents if restored == len(blobs) else None
+
+
+class _NotRestorable(Exception):
+    """A token landed where putting the blob back would not give ruamel's own reading."""
 
 
 def _starts_explicitly(document_text: str) -> bool:
