@@ -10,7 +10,7 @@ from contrast.atls.reportdata import public_key_der
 from contrast.client.workspace import (
     generate_seedshare_owner_key,
     generate_workload_owner_key,
-    load_seedshare_owner_key,
+    load_seedshare_owner_public_key,
     load_workload_owner_key,
 )
 from contrast.files import write_atomically
@@ -56,7 +56,7 @@ def ensure_owner_keys(
     )
     seedshares = tuple(
         sorted(
-            public_key_hex(load_seedshare_owner_key(path).public_key())
+            public_key_hex(load_seedshare_owner_public_key(path))
             for path in seedshare_owner_keys
         )
     )
