@@ -56,8 +56,7 @@ def ensure_owner_keys(
     )
     seedshares = tuple(
         sorted(
-            public_key_hex(load_seedshare_owner_public_key(path))
-            for path in seedshare_owner_keys
+            public_key_hex(load_seedshare_owner_public_key(path)) for path in seedshare_owner_keys
         )
     )
     return OwnerKeys(digests, seedshares, tuple(created))
