@@ -29,7 +29,7 @@ from contrast.generate.references import ReferenceValueProvider
 from contrast.images.model import ImageFacts
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
-from contrast.kuberesource.workloads import Workload
+from contrast.kuberesource.workloads import Workload, workloads
 from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
@@ -201,6 +201,56 @@ def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
     )
 
 
+@dataclass
+class _Edit:
+    """What generate changes in one confidential workload, so that it can be made twice.
+
+    The resources are read plain (`yamlio.load_paths(plain=True)`); a document that changes is
+    parsed again with ruamel's round-trip loader, which keeps its comments and style, and gets
+    the same changes (`_repeat_on_round_trips`).
+    """
+
+    platform: Platform
+    handler: str | None
+    coordinator_namespace: str
+    options: Options
+    annotation: str | None = None
+
+    def place(self, workload: Workload) -> None:
+        runtimeclass.set_runtime_class(workload, self.platform, self.handler)
+        inject.inject(
+            workload,
+            coordinator_namespace=self.coordinator_namespace,
+            skip_initializer=self.options.skip_initializer,
+            skip_service_mesh=self.options.skip_service_mesh,
+        )
+
+    def annotate(self, workload: Workload, annotation: str) -> None:
+        self.annotation = annotation
+        workload.pod_annotations[ANNOTATION] = annotation
+
+    def repeat(self, workload: Workload) -> None:
+        self.place(workload)
+        if self.annotation is not None:
+            workload.pod_annotations[ANNOTATION] = self.annotation
+
+
+def _repeat_on_round_trips(
+    files: Sequence[yamlio.ResourceFile], edits: Mapping[int, _Edit]
+) -> None:
+    """Make each changed plain document's edits on its round-trip form, which is what is written."""
+    for file in files:
+        if not file.plain:
+            continue
+        for index in file.changed_documents():
+            plain = workloads([file.documents[index]], file.name)
+            round_trip = workloads([file.round_trip(index)], file.name)
+            for workload, twin in zip(plain, round_trip, strict=True):
+                edit = edits.get(id(workload.resource))
+                if edit is not None:
+                    edit.repeat(twin)
+
+
 def generate(
     options: Options,
     *,
@@ -216,7 +266,7 @@ def generate(
     previous = _previous_manifest(options.manifest)
     generator = PolicyGenerator(rules.text, settings)
 
-    files = yamlio.load_paths(options.paths)
+    files = yamlio.load_paths(options.paths, plain=True)
     result.warnings.extend(_not_objects(files))
     config_documents = [
         (document, file.name)
@@ -240,14 +290,11 @@ def generate(
     coordinator_namespace = inject.coordinator_namespace(confidential)
     embedded = _reference_values(options.reference_values_file)
     handlers = {} if embedded is None else _handlers(embedded)
+    edits: dict[int, _Edit] = {}
     for workload, platform in placed:
-        runtimeclass.set_runtime_class(workload, platform, handlers.get(platform))
-        inject.inject(
-            workload,
-            coordinator_namespace=coordinator_namespace,
-            skip_initializer=options.skip_initializer,
-            skip_service_mesh=options.skip_service_mesh,
-        )
+        edit = _Edit(platform, handlers.get(platform), coordinator_namespace, options)
+        edit.place(workload)
+        edits[id(workload.resource)] = edit
 
     wanted = sorted({image for w in confidential for image in generator.required_images(w)})
     resolver = resolver or ImageResolver(
@@ -264,7 +311,7 @@ def generate(
     identities = []
     for workload, platform in placed:
         policy = generator.generate(workload, images, config_resources)
-        workload.pod_annotations[ANNOTATION] = policy.annotation
+        edits[id(workload.resource)].annotate(workload, policy.annotation)
         identities.append(_identity(workload, policy.policy_hash))
         result.policies[workload.describe()] = policy.policy_hash
         result.warnings.extend(checks.check(workload, platform, images))
@@ -290,6 +337,7 @@ def generate(
     )
     document = manifest_document.manifest_document(identities, values, keys)
 
+    _repeat_on_round_trips(files, edits)
     for text in (rules, new_settings):
         if text is not None and text.new:
             write_atomically(text.path, text.text.encode())

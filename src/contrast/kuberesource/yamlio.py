@@ -38,7 +38,7 @@ from ruamel.yaml.scalarstring import (
 )
 
 from contrast.files import write_atomically
-from contrast.kuberesource import yamlbounds
+from contrast.kuberesource import yamlbounds, yamlfast
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 
 STDIO = "-"
@@ -85,6 +85,9 @@ class ResourceFile:
     documents: tuple[Any, ...]
     text: str
     _sources: tuple[_Source, ...] = field(repr=False, compare=False)
+    # Read by `yamlfast` (plain dicts): a document is parsed with ruamel only when it changes.
+    plain: bool = False
+    _round_trips: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_stdio(self) -> bool:
@@ -112,15 +115,47 @@ class ResourceFile:
     def changed(self) -> bool:
         return bool(self.changed_documents())
 
+    def round_trip(self, index: int) -> Any:
+        """Document `index` as ruamel's round-trip node, the one `dump()` writes if it changed.
+
+        For a file read by ruamel that is the document itself. For a `plain` one it is parsed
+        from the document's source text on first use, and the caller makes on it the same
+        changes it made on the plain document: `dump()` checks that both then agree.
+        """
+        if not self.plain:
+            return self.documents[index]
+        if index not in self._round_trips:
+            source = self._sources[index].text
+            documents = _load_with_blobs_set_aside(source) or tuple(_yaml().load_all(source))
+            if len(documents) != 1:  # pragma: no cover - split where the parser splits
+                raise YamlError(f"{self.name}: cannot tell its documents apart")
+            self._round_trips[index] = documents[0]
+        return self._round_trips[index]
+
+    def _to_write(self, index: int) -> Any:
+        document = self.documents[index]
+        if not self.plain:
+            return document
+        round_trip = self._round_trips.get(index)
+        if round_trip is None:
+            round_trip = self.round_trip(index)
+        if _fingerprint(round_trip) != _fingerprint(document):
+            # A change the caller did not repeat (a reader that filled in a missing mapping):
+            # carried over here, keeping every node whose content it does not touch.
+            round_trip = self._round_trips[index] = _carry_over(round_trip, document)
+        if _fingerprint(round_trip) != _fingerprint(document):  # pragma: no cover - a bug
+            raise RuntimeError(f"{self.name}: document {index} cannot be written as changed")
+        return round_trip
+
     def dump(self) -> str:
         """The stream as text: unchanged documents verbatim, changed ones re-serialised."""
         changed = set(self.changed_documents())
         if not changed:
             return self.text
         parts = []
-        for index, (document, source) in enumerate(zip(self.documents, self._sources, strict=True)):
+        for index, source in enumerate(self._sources):
             if index in changed:
-                parts.append(_serialise(document, source))
+                parts.append(_serialise(self._to_write(index), source))
             else:
                 parts.append(source.text)
         return "".join(_join(parts))
@@ -138,6 +173,34 @@ class ResourceFile:
             return False
         _write_file(self.path, self.dump())
         return True
+
+
+def _carry_over(target: Any, source: Any) -> Any:
+    """`target` (a round-trip node) changed to hold `source`'s content, in `source`'s order.
+
+    Mappings and same-length sequences are changed in place, so the comments and styles of
+    what they keep stay; anything else that differs is replaced by `source`'s value.
+    """
+    if isinstance(target, MutableMapping) and isinstance(source, Mapping):
+        for key in [key for key in target if key not in source]:
+            del target[key]
+        for key, value in source.items():
+            target[key] = _carry_over(target[key], value) if key in target else value
+        if list(target) != list(source):
+            move_to_end = getattr(target, "move_to_end", None)  # keeps a key's comments
+            for key in source:
+                if move_to_end is not None:
+                    move_to_end(key)
+                else:
+                    target[key] = target.pop(key)
+        return target
+    if isinstance(target, MutableSequence) and isinstance(source, list):
+        if len(target) != len(source):
+            return source
+        for position, value in enumerate(source):
+            target[position] = _carry_over(target[position], value)
+        return target
+    return target if _fingerprint(target) == _fingerprint(source) else source
 
 
 def _write_file(path: Path, text: str) -> None:
@@ -285,10 +348,18 @@ def _document_texts(text: str, name: str) -> list[str]:
     return [text[start:end] for start, end in itertools.pairwise(boundaries)]
 
 
-def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
-    """Parse a YAML stream; `path` names it in messages and tells `write()` where it goes."""
+def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> ResourceFile:
+    """Parse a YAML stream; `path` names it in messages and tells `write()` where it goes.
+
+    `plain`: read with `yamlfast` where it can (see `ResourceFile.round_trip`).
+    """
     name = "<stdin>" if str(path) == STDIO else str(path)
-    documents = _load_with_blobs_set_aside(text)
+    documents = yamlfast.load_all(text) if plain else None
+    if documents is not None and _split_at_markers(text, len(documents)) is None:
+        documents = None  # a stream whose documents only ruamel's parser tells apart
+    read_plain = documents is not None
+    if documents is None:
+        documents = _load_with_blobs_set_aside(text)
     if documents is None:
         try:
             documents = tuple(_yaml().load_all(text))
@@ -296,6 +367,11 @@ def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
             raise _error(name, error) from error
         except RecursionError:
             raise yamlbounds.too_deep(name) from None
+        except (TypeError, ValueError) as error:  # ruamel on a complex key holding a list
+            raise YamlError(
+                f"{name}: ruamel cannot read it: {error}",
+                hint="simplify the YAML there (a plain string key instead of a complex one)",
+            ) from None
     yamlbounds.check_aliases(documents, text, name)
     texts = _split_at_markers(text, len(documents))
     if texts is None:
@@ -313,7 +389,7 @@ def load_text(text: str, path: str | Path = STDIO) -> ResourceFile:
                 fingerprint=_fingerprint(document),
             )
         )
-    return ResourceFile(Path(path), documents, text, tuple(sources))
+    return ResourceFile(Path(path), documents, text, tuple(sources), plain=read_plain)
 
 
 # A long run of base64 characters that stands alone between blanks or quotes: the value of an
@@ -401,11 +477,11 @@ def _starts_explicitly(document_text: str) -> bool:
     return False
 
 
-def load(path: str | Path, stdin: TextIO | None = None) -> ResourceFile:
+def load(path: str | Path, stdin: TextIO | None = None, *, plain: bool = False) -> ResourceFile:
     """Read one file, or stdin for `-`."""
     name = str(path)
     if name == STDIO:
-        return load_text((stdin or sys.stdin).read(), STDIO)
+        return load_text((stdin or sys.stdin).read(), STDIO, plain=plain)
     try:
         data = Path(path).read_bytes()
     except OSError as error:
@@ -416,7 +492,7 @@ def load(path: str | Path, stdin: TextIO | None = None) -> ResourceFile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise YamlError(f"{name} is not UTF-8 text (byte {error.start})") from error
-    return load_text(text, name)
+    return load_text(text, name, plain=plain)
 
 
 def yaml_files(directory: Path) -> list[Path]:
@@ -431,16 +507,18 @@ def yaml_files(directory: Path) -> list[Path]:
     return found
 
 
-def load_paths(paths: Iterable[str | Path], stdin: TextIO | None = None) -> list[ResourceFile]:
+def load_paths(
+    paths: Iterable[str | Path], stdin: TextIO | None = None, *, plain: bool = False
+) -> list[ResourceFile]:
     """Files as given, directories walked for YAML files, `-` for stdin; in the given order."""
     files = []
     for path in paths:
         if str(path) == STDIO:
-            files.append(load(STDIO, stdin))
+            files.append(load(STDIO, stdin, plain=plain))
         elif Path(path).is_dir():
-            files.extend(load(found) for found in yaml_files(Path(path)))
+            files.extend(load(found, plain=plain) for found in yaml_files(Path(path)))
         else:
-            files.append(load(path))
+            files.append(load(path, plain=plain))
     return files
 
 
