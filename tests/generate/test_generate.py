@@ -143,6 +143,12 @@ def _assert_refused_and_unchanged(
             "annotations.contrast.edgeless.systems/servicemesh-admin-interface-port: 9901 is not of"
             " type 'string'",
         ),
+        (
+            lambda text: text.replace(
+                "      containers:\n", "      imagePullSecrets: [null]\n      containers:\n", 1
+            ),
+            "Deployment/web: spec.template.spec.imagePullSecrets[0]: a list entry is null",
+        ),
     ],
     ids=[
         "unknown image",
@@ -153,6 +159,7 @@ def _assert_refused_and_unchanged(
         "deep nesting",
         "field of another type",
         "annotation that is a number",
+        "null list entry",
     ],
 )
 def test_failures_are_one_line_and_change_nothing(

@@ -43,13 +43,39 @@ def check(resource: Mapping[str, Any], where: str) -> None:
     # Imported here: jsonschema costs ~0.1 s, which only generate should pay.
     from jsonschema.exceptions import best_match  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    error = best_match(validator.iter_errors(to_plain(resource)))
+    plain = to_plain(resource)
+    error = best_match(validator.iter_errors(plain))
     if error is not None:
         place = _path(error.absolute_path) or "the resource"
         raise SchemaError(
             f"{where}: {place}: {_shorten(error.message)}",
             hint="fix that field; kubectl would refuse the resource as well",
         )
+    null = _null_entry(plain, [])
+    if null is not None:
+        raise SchemaError(
+            f"{where}: {_path(null)}: a list entry is null",
+            hint="remove the entry or give it a value (the API server reads it as an empty one)",
+        )
+
+
+def _null_entry(value: Any, path: list[Any]) -> list[Any] | None:
+    """Where a list holds null, which the bundled schemas allow but the API server does not.
+
+    Kubernetes decodes a null entry as the zero value of the list's type: an unnamed volume
+    mount or container, which it then refuses; `generate` would stumble over it first.
+    """
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _null_entry(item, [*path, key])
+            if found is not None:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = [*path, index] if item is None else _null_entry(item, [*path, index])
+            if found is not None:
+                return found
+    return None
 
 
 @functools.cache
