@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
-from contrast.attestation.certificates import load_certificate
+from contrast.attestation.certificates import load_certificate, split_endorsements
 from contrast.attestation.snp.report import SIGNED_SIZE, Report
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS
 from contrast.attestation.snp.verify import verify_evidence
@@ -25,6 +25,7 @@ from timing import best_per_call  # bench/timing.py, beside this script
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "evidence" / "snp-milan-oak"
 GOAL = 1.3
+GOAL_FROM_BYTES = 1.15
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,13 +46,22 @@ def main(argv: list[str] | None = None) -> int:
     def full() -> None:
         verify_evidence(report, [vcek], now=now, roots=GENUINE_AMD_ROOTS)
 
+    vcek_bytes = (EXAMPLE / "vcek.der").read_bytes()
+
+    def from_bytes() -> None:  # what the Coordinator and `contrast evidence verify` do
+        chain, crl = split_endorsements([vcek_bytes], what="the VCEK")
+        verify_evidence(report, chain, now=now, roots=GENUINE_AMD_ROOTS, crl=crl)
+
     full()  # warm the chain cache: steady state is what a Coordinator sees
+    from_bytes()
     raw = best_per_call(baseline, iterations)
     verified = best_per_call(full, iterations)
-    ratio = verified / raw
+    from_wire = best_per_call(from_bytes, iterations)
     print(f"raw P-384 ECDSA verify      {raw * 1e6:9.1f} us")
     print(f"verify_evidence (cached)    {verified * 1e6:9.1f} us")
-    print(f"ratio                       {ratio:9.2f}  (goal <= {GOAL})")
+    print(f"ratio                       {verified / raw:9.2f}  (goal <= {GOAL})")
+    print(f"from bytes (VCEK as sent)   {from_wire * 1e6:9.1f} us")
+    print(f"ratio                       {from_wire / raw:9.2f}  (goal <= {GOAL_FROM_BYTES})")
     return 0
 
 
