@@ -14,8 +14,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from contrast.attestation import certificates
-from contrast.attestation.emulated.snp import load_roots as load_snp_roots
-from contrast.attestation.emulated.tdx import load_roots as load_tdx_roots
 from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.evidence import Platform
 from contrast.attestation.snp import verify as snp_verify
@@ -94,12 +92,17 @@ def verify_tdx(
 
 def emulated_snp_roots(state_dir: Path) -> AmdRootStore:
     """The roots of the emulated SNP TEE whose state is in `state_dir`, only read, never made."""
-    return _require_roots(load_snp_roots(state_dir), state_dir, "SNP")
+    # Imported here: the emulated TEEs cost `contrast evidence verify` 50 ms it rarely needs.
+    from contrast.attestation.emulated.snp import load_roots  # noqa: PLC0415
+
+    return _require_roots(load_roots(state_dir), state_dir, "SNP")
 
 
 def emulated_tdx_roots(state_dir: Path) -> IntelRootStore:
     """The roots of the emulated TDX TEE whose state is in `state_dir`, only read, never made."""
-    return _require_roots(load_tdx_roots(state_dir), state_dir, "TDX")
+    from contrast.attestation.emulated.tdx import load_roots  # noqa: PLC0415
+
+    return _require_roots(load_roots(state_dir), state_dir, "TDX")
 
 
 def _require_roots(roots: _Roots | None, state_dir: Path, tee: str) -> _Roots:

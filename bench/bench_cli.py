@@ -1,0 +1,57 @@
+"""The CLI as a user feels it: whole processes, against the interpreter starting and doing nothing.
+
+`contrast --help` and `contrast evidence verify` on the example SNP evidence, each run as its own
+process (the median of 7), next to `python -c pass` in the same run. Goals (issue 14, on a
+2-core machine): `--help` ≤ 0.1 s, `evidence verify` ≤ 0.15 s.
+
+Run: `.venv/bin/python bench/bench_cli.py [runs]`.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "examples" / "evidence" / "snp-milan-oak"
+CONTRAST = [sys.executable, "-m", "contrast.cli.main"]
+GOALS = {"contrast --help": 0.10, "contrast evidence verify": 0.15}
+
+
+def seconds(argv: list[str], runs: int) -> float:
+    """Median wall time of `runs` processes."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    runs = int(arguments[0]) if arguments else 7
+    verify = [
+        *CONTRAST, "evidence", "verify", str(EXAMPLE / "report.bin"), "--format", "snp",
+        "--cert", str(EXAMPLE / "vcek.der"), "--at", "2025-02-01T00:00:00Z",
+    ]  # fmt: skip
+    floor = seconds([sys.executable, "-c", "pass"], runs)
+    measured = {
+        "contrast --help": seconds([*CONTRAST, "--help"], runs),
+        "contrast evidence verify": seconds(verify, runs),
+    }
+    print(f"{'python -c pass (floor)':28} {floor:6.3f} s")
+    for name, value in measured.items():
+        verdict = "met" if value <= GOALS[name] else "MISSED"
+        print(
+            f"{name:28} {value:6.3f} s  {value / floor:4.1f} × floor"
+            f"  (goal ≤ {GOALS[name]:.2f} s: {verdict})"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
