@@ -1,0 +1,51 @@
+"""Every benchmark in one command: `.venv/bin/python -m bench [--quick]` from the repository root.
+
+Each script runs as its own process (what it measures must not share a warm interpreter with
+the others) and prints its figures next to its baseline and goal. `--quick` skips generate at
+1000 workloads and the Envoy mesh, the two that take longest. Nothing here runs in the tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+# (script, arguments, what it shows); in the order issue 14's table lists them.
+RUNS: list[tuple[str, list[str], str]] = [
+    ("bench_cli.py", [], "CLI start-up as whole processes"),
+    ("bench_generate.py", ["10"], "generate, 10 workloads"),
+    ("bench_generate.py", ["100"], "generate, 100 workloads"),
+    ("bench_generate.py", ["1000"], "generate, 1000 workloads"),
+    ("bench_snp.py", [], "SNP verification against one raw P-384 check"),
+    ("bench_tdx.py", [], "TDX verification against its raw checks"),
+    ("bench_images.py", [], "image layer reading against sha256"),
+    ("bench_rpc_status.py", [], "the Coordinator's error mapping on a round trip"),
+    ("bench_mesh.py", [], "a request through two Envoy sidecars"),
+]
+SLOW = {("bench_generate.py", "1000"), ("bench_mesh.py", "")}
+
+
+def main(argv: list[str]) -> int:
+    quick = "--quick" in argv
+    failed = []
+    for script, arguments, title in RUNS:
+        if quick and (script, "".join(arguments)) in SLOW:
+            continue
+        print(f"== {title} ({script} {' '.join(arguments)})".rstrip(), flush=True)
+        started = time.perf_counter()
+        code = subprocess.run([sys.executable, str(HERE / script), *arguments], check=False)
+        print(f"   ({time.perf_counter() - started:.0f} s)\n", flush=True)
+        if code.returncode != 0:
+            failed.append(script)
+    if failed:
+        print(f"failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
