@@ -24,7 +24,13 @@ from typing import IO, cast
 
 from contrast.images.manifest import Descriptor
 from contrast.images.model import ImageError
-from contrast.images.streams import CHUNK_SIZE, DigestingReader, GunzipReader, Readable
+from contrast.images.streams import (
+    CHUNK_SIZE,
+    DigestingReader,
+    GunzipReader,
+    Prefetching,
+    Readable,
+)
 
 LOG = logging.getLogger(__name__)
 
@@ -166,7 +172,8 @@ def read_layer(
             hint="push the image with gzip-compressed layers (the default of docker and buildah)",
         )
     prefixed = _Prefixed(head, compressed)
-    tar_stream: Readable = (
+    # The compressed side (digest, gunzip) runs in a thread of its own: two cores, one pass.
+    tar_stream = Prefetching(
         GunzipReader(prefixed, what) if head.startswith(_GZIP_MAGIC) else prefixed
     )
     uncompressed = DigestingReader(tar_stream, diff_id, f"uncompressed {what} (diff_id)")
@@ -185,11 +192,14 @@ def read_layer(
                 headers.clear()
         uncompressed.drain()
     except (tarfile.TarError, zlib.error, ImageError, EOFError, UnicodeError) as error:
+        tar_stream.close()
         # A corrupted blob is reported as such rather than as whatever broke in parsing it.
         compressed.drain()
         if isinstance(error, ImageError):
             raise
         raise ImageError(f"{what} is not a valid tar archive: {error}") from None
+    finally:
+        tar_stream.close()
     compressed.drain()
     return LayerFacts(
         diff_id=diff_id,

@@ -8,6 +8,8 @@ pass that reads the files.
 from __future__ import annotations
 
 import hashlib
+import queue
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Protocol
@@ -142,3 +144,62 @@ class GunzipReader:
                 self._output = output
                 self._offset = 0
                 return True
+
+
+class Prefetching:
+    """Read `source` in a thread of its own, a few chunks ahead of the reader.
+
+    Inflating and hashing release the GIL, so with the compressed side (digest, gunzip) in this
+    thread and the uncompressed side (diff_id, tar) in the caller's, a layer is read on two
+    cores. At most `depth` chunks wait in between, so memory stays flat. An error in the thread
+    is raised by the `read` that would have returned the data. `close()` stops the thread and
+    must be called (it is idempotent) before anyone else reads `source`'s upstream.
+    """
+
+    def __init__(self, source: Readable, depth: int = 4) -> None:
+        self._source = source
+        self._chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._pending = b""
+        self._done = False
+        self._thread = threading.Thread(target=self._run, name="layer-prefetch", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                data = self._source.read(CHUNK_SIZE)
+                self._put(data)
+                if not data:
+                    return
+        except BaseException as error:  # handed to the reader, which raises it
+            self._put(error)
+
+    def _put(self, item: bytes | BaseException) -> None:
+        while not self._stop.is_set():
+            try:
+                self._chunks.put(item, timeout=0.1)
+            except queue.Full:
+                continue
+            return
+
+    def read(self, size: int = -1, /) -> bytes:
+        if not self._pending:
+            if self._done:
+                return b""
+            item = self._chunks.get()
+            if isinstance(item, BaseException):
+                self._done = True
+                raise item
+            if not item:
+                self._done = True
+                return b""
+            self._pending = item
+        if size is None or size < 0:
+            size = len(self._pending)
+        data, self._pending = self._pending[:size], self._pending[size:]
+        return data
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
