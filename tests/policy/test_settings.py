@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contrast.policy.json_patch import JsonPatchError, apply_patch
-from contrast.policy.settings import SettingsError, default_settings, load_settings
+from contrast.policy.settings import SettingsError, _copy, default_settings, load_settings
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "kata-policy"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/testdata/kata-policy")
@@ -157,3 +159,38 @@ def test_keys_the_defaults_lack_are_free(tmp_path: Path) -> None:
     document["common"]["my_rule_setting"] = [{"anything": 1}]
     (tmp_path / "settings.json").write_text(json.dumps(document))
     assert load_settings(tmp_path / "settings.json").get("common", "my_rule_setting")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON)
+def test_the_fast_copy_is_a_deep_copy(value: Any) -> None:
+    copied = _copy(value)
+    assert copied == value
+
+    def containers(node: Any) -> list[int]:
+        if isinstance(node, dict):
+            return [id(node), *(i for item in node.values() for i in containers(item))]
+        if isinstance(node, list):
+            return [id(node), *(i for item in node for i in containers(item))]
+        return []
+
+    assert not set(containers(copied)) & set(containers(value))
+
+
+def test_accessors_hand_out_copies() -> None:
+    loaded = default_settings()
+    section = loaded.section("common")
+    section.clear()
+    assert loaded.section("common")
+    nested = loaded.get("cluster_config")
+    nested["guest_pull"] = "changed"
+    assert loaded.get("cluster_config", "guest_pull") != "changed"

@@ -43,7 +43,7 @@ def load_all(text: str) -> tuple[Any, ...] | None:
 
     None also for text that is not YAML: ruamel then gives the error, with its line and column.
     """
-    if not WITH_LIBYAML or _TAG_OR_DIRECTIVE.search(text):
+    if not WITH_LIBYAML or (("!" in text or "%" in text) and _TAG_OR_DIRECTIVE.search(text)):
         return None
     loader = _Loader(text)
     try:
