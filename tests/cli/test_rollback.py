@@ -137,10 +137,19 @@ def test_a_first_manifest_over_a_remembered_history_says_a_new_history_begins(
 ) -> None:
     assert contrast(cluster, capsys, "set")[0] == 0
     old = latest(cluster).read_text().strip()
+    shares = cluster.workspace / "seed-shares.json"
+    old_shares = shares.read_bytes()
     shutil.rmtree(cluster.state_dir)  # a new deployment, or a lost volume
     cluster.start()
     code, _, err = contrast(cluster, capsys, "set")
-    assert (code, err) == (0, ""), "the same first manifest is the same history"
+    assert code == 0
+    assert "another history" not in err, "the same first manifest is the same history"
+    # ... but under a new seed: the shares of the old one are kept, owner-only.
+    (kept,) = cluster.workspace.glob("seed-shares.replaced-*.json")
+    assert f"the previous ones are kept in {kept}" in err
+    assert kept.read_bytes() == old_shares
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert shares.read_bytes() != old_shares
     shutil.rmtree(cluster.state_dir)
     cluster.start()
     err = update_manifest(cluster, capsys)  # a first manifest again, now another one

@@ -150,6 +150,11 @@ def run_set(arguments: argparse.Namespace) -> int:
             f" {result.replaced_history.hex()} of another history: a new history begins (if"
             " this is not a new deployment, the Coordinator's state was lost)"
         )
+    if result.kept_seed_shares is not None:
+        _warn(
+            f"the Coordinator sent new seed shares: the previous ones are kept in"
+            f" {result.kept_seed_shares} (they recover the state the old seed protects)"
+        )
     print("✔ Manifest set" + (" (first manifest)" if result.first else " (update)"))
     for path in result.written:
         print(f"  wrote {path}")

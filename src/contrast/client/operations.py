@@ -7,6 +7,7 @@ one named with `--coordinator-policy-hash`).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -29,6 +30,7 @@ from contrast.client.workspace import (
     ROOT_CA,
     SEED_SHARES,
     Workspace,
+    WorkspaceError,
     load_seedshare_owner_key,
     load_workload_owner_key,
     read_file,
@@ -87,6 +89,8 @@ class SetResult:
     written: list[Path]
     # A first manifest over a workspace that remembered another history: the head it held.
     replaced_history: bytes | None = None
+    # Where the seed shares the new ones replaced were kept (they recover the old state).
+    kept_seed_shares: Path | None = None
 
 
 def set_manifest(
@@ -160,10 +164,37 @@ def set_manifest(
         workspace.write_public(MESH_CA, response.MeshCA),
         record(workspace, seen, chain),
     ]
+    kept = None
     if response.HasField("SeedSharesDoc"):
         document = seed_shares_from_proto(response.SeedSharesDoc)
+        kept = _keep_previous_seed_shares(workspace, document.to_json())
         written.append(workspace.write_private(SEED_SHARES, document.to_json()))
-    return SetResult(first=current is None, written=written, replaced_history=replaced)
+    return SetResult(
+        first=current is None, written=written, replaced_history=replaced, kept_seed_shares=kept
+    )
+
+
+def _keep_previous_seed_shares(workspace: Workspace, new: bytes) -> Path | None:
+    """Keep a different `seed-shares.json` before a first manifest replaces it; where it went.
+
+    A Coordinator that answers with new seed shares has a new seed: it lost its state, or it
+    is another deployment. The old shares are the only way to recover the old state (a volume
+    that comes back), so they are kept, owner-only, under a name derived from their content.
+    """
+    path = workspace.path(SEED_SHARES)
+    try:
+        old = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as error:
+        raise WorkspaceError(
+            f"cannot read {path}: {error.strerror or error}",
+            hint="check the workspace's permissions before setting a manifest",
+        ) from None
+    if old == new:
+        return None
+    name = f"seed-shares.replaced-{hashlib.sha256(old).hexdigest()[:16]}.json"
+    return workspace.write_private(name, old)
 
 
 def _owner_key(paths: Sequence[Path]) -> ec.EllipticCurvePrivateKey:
