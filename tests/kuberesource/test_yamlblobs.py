@@ -174,3 +174,35 @@ def test_any_document_of_blob_values_reads_as_ruamel_reads_it(
             load_text(text, "blobs.yml")
         return
     assert_same_reading(text)
+
+
+@pytest.mark.parametrize(
+    "text", [*TAKEN.values(), *PASSED_OVER.values()], ids=[*TAKEN, *PASSED_OVER]
+)
+def test_writing_with_blobs_set_aside_writes_what_ruamel_writes(text: str) -> None:
+    try:
+        documents = _slow(text)
+    except YAMLError:
+        return
+    source = yamlio._Source(text, False, False, yamlio.Indentation(), "")
+    for document in documents:
+        if isinstance(document, dict):
+            document["added"] = BLOB  # a new blob, as generate adds an initdata annotation
+        assert yamlio._serialise(document, source) == yamlio._dump(document, source)
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(lines=st.lists(LINES, min_size=1, max_size=8))
+def test_any_document_of_blob_values_is_written_as_ruamel_writes_it(
+    lines: list[tuple[str, str, str]],
+) -> None:
+    text = "".join(
+        f"{indent}{key}{number}: {value}\n" for number, (indent, key, value) in enumerate(lines)
+    )
+    try:
+        documents = _slow(text)
+    except YAMLError:
+        return
+    source = yamlio._Source(text, False, False, yamlio.Indentation(), "")
+    for document in documents:
+        assert yamlio._serialise(document, source) == yamlio._dump(document, source)

@@ -256,6 +256,59 @@ def _yaml(indentation: Indentation = Indentation()) -> YAML:
 
 
 def _serialise(document: Any, source: _Source) -> str:
+    """The document as text, with long blobs set aside while ruamel's emitter works.
+
+    The emitter looks at every character of a scalar to choose its style; for a 16 KB initdata
+    annotation that was most of the time `generate` spent writing. A blob (see `_BLOB`) is plain
+    text in every style, so it is swapped for a short token of the same kind, and the token for
+    the blob in the text ruamel writes.
+    """
+    blobs: dict[str, str] = {}
+    prefix = ""
+    swapped: list[tuple[Any, Any, Any]] = []  # (container, key or index, original value)
+
+    def aside(node: Any) -> None:
+        nonlocal prefix
+        items = node.items() if isinstance(node, MutableMapping) else enumerate(node)
+        for key, value in list(items):
+            if isinstance(value, MutableMapping | MutableSequence):
+                aside(value)
+            elif _is_blob(value) and not _has_comment(node, key):
+                if not prefix:
+                    prefix = f"contrastblob{hashlib.sha256(value.encode()).hexdigest()[:16]}n"
+                token = f"{prefix}{len(blobs)}z"
+                blobs[token] = str(value)
+                swapped.append((node, key, value))
+                node[key] = type(value)(token)
+
+    if isinstance(document, MutableMapping | MutableSequence):
+        aside(document)
+    try:
+        text = _dump(document, source)
+    finally:
+        for node, key, value in swapped:
+            node[key] = value
+    if not blobs:
+        return text
+    if text.count(prefix) != len(blobs):  # pragma: no cover - a token the text already had
+        return _dump(document, source)
+    return re.sub(rf"{prefix}\d+z", lambda match: blobs[match.group(0)], text)
+
+
+def _has_comment(node: Any, key: Any) -> bool:
+    """Whether a comment follows the item: its column depends on the value's length."""
+    comments = getattr(node, "ca", None)
+    return comments is not None and key in comments.items
+
+
+def _is_blob(value: Any) -> bool:
+    if type(value) not in _RESTORABLE or len(value) < BLOB_MINIMUM:
+        return False
+    anchored = isinstance(value, ScalarString) and value.anchor.value is not None
+    return not anchored and _BLOB.fullmatch(value) is not None
+
+
+def _dump(document: Any, source: _Source) -> str:
     yaml = _yaml(source.indentation)
     yaml.explicit_start = source.explicit_start
     yaml.explicit_end = source.explicit_end
