@@ -2,7 +2,8 @@
 
 Each script runs as its own process (what it measures must not share a warm interpreter with
 the others) and prints its figures next to its baseline and goal. `--quick` skips generate at
-1000 workloads and the Envoy mesh, the two that take longest. Nothing here runs in the tests.
+1000 workloads, the Envoy mesh and the NewMeshCert load, the three that take longest. Nothing
+here runs in the tests.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_snp.py", [], "SNP verification against one raw P-384 check"),
     ("bench_tdx.py", [], "TDX verification against its raw checks"),
     ("bench_images.py", [], "image layer reading against sha256"),
+    ("bench_meshcert.py", [], "Coordinator NewMeshCert, 64 client processes"),
     ("bench_rpc_status.py", [], "the Coordinator's error mapping on a round trip"),
     ("bench_mesh.py", [], "a request through two Envoy sidecars"),
 ]
-SLOW = {("bench_generate.py", "1000"), ("bench_mesh.py", "")}
+SLOW = {("bench_generate.py", "1000"), ("bench_mesh.py", ""), ("bench_meshcert.py", "")}
 
 
 def main(argv: list[str]) -> int:
