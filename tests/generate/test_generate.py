@@ -12,6 +12,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from contrast.cli.main import main
+from contrast.client.workspace import generate_seedshare_owner_key
 from contrast.manifest.defaults import MINIMUM_TCB_FIELDS
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
 from tests.generate.conftest import GenerateWorkspace
@@ -38,6 +39,34 @@ def test_keys_are_created_owner_only_and_never_replaced(workspace: GenerateWorks
     assert len(manifest["SeedshareOwnerPubKeys"]) == 1
     assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
     assert {name: path.read_bytes() for name, path in keys.items()} == before
+
+
+def test_a_seedshare_threshold_goes_into_the_manifest_only_above_one(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    prepared(workspace)
+    workspace.root.mkdir(parents=True, exist_ok=True)
+    keys = []
+    for number in range(3):
+        path = workspace.root / f"owner-{number}.pem"
+        path.write_bytes(generate_seedshare_owner_key())
+        keys += ["--add-seedshare-owner-key", str(path)]
+    assert workspace.generate(*EMULATED, *keys, str(workspace.resources)) == 0
+    assert "SeedshareThreshold" not in workspace.manifest()  # K = 1: the original's format
+    assert (workspace.root / "workload-owner.pem").exists()  # its default is still made
+    assert not (workspace.root / "seedshare-owner.pem").exists()  # named owners instead
+    arguments = (*EMULATED, *keys, "--seedshare-threshold", "2", str(workspace.resources))
+    assert workspace.generate(*arguments) == 0
+    manifest = workspace.manifest()
+    assert manifest["SeedshareThreshold"] == 2
+    assert len(manifest["SeedshareOwnerPubKeys"]) == 3
+    capsys.readouterr()
+    before = (workspace.root / "manifest.json").read_bytes()
+    arguments = (*EMULATED, *keys, "--seedshare-threshold", "4", str(workspace.resources))
+    assert workspace.generate(*arguments) == 1
+    err = capsys.readouterr().err
+    assert "--seedshare-threshold 4 needs as many seed share owner keys, and there are 3" in err
+    assert (workspace.root / "manifest.json").read_bytes() == before
 
 
 def test_disable_updates_lists_no_owner(workspace: GenerateWorkspace) -> None:

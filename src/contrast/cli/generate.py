@@ -70,6 +70,14 @@ def register(commands: Any) -> None:
         " missing); repeatable",
     )
     parser.add_argument(
+        "--seedshare-threshold",
+        type=int,
+        default=1,
+        metavar="K",
+        help="how many seed share owners recover the seed together (Shamir K of N; default 1:"
+        " each owner alone)",
+    )
+    parser.add_argument(
         "-d",
         "--disable-updates",
         action="store_true",
@@ -128,6 +136,12 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
     seedshares = arguments.add_seedshare_owner_key or [workspace / SEEDSHARE_OWNER_KEY]
     if arguments.disable_updates:
         owners = []
+    if not 1 <= arguments.seedshare_threshold <= len(seedshares):
+        raise ContrastError(
+            f"--seedshare-threshold {arguments.seedshare_threshold} needs as many seed share"
+            f" owner keys, and there are {len(seedshares)}",
+            hint="pass --add-seedshare-owner-key once per owner, at least K times",
+        )
     platform = by_name(arguments.reference_values) if arguments.reference_values else None
     return pipeline.Options(
         paths=tuple(arguments.paths),
@@ -138,9 +152,10 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         workload_owner_keys=tuple(owners),
         seedshare_owner_keys=tuple(seedshares),
         # Keys are created only at their default paths: a path the user names must exist.
-        create_keys=not arguments.add_workload_owner_key and not arguments.add_seedshare_owner_key,
+        create_keys=(not arguments.add_workload_owner_key, not arguments.add_seedshare_owner_key),
         platform=platform,
         disable_updates=arguments.disable_updates,
+        seedshare_threshold=arguments.seedshare_threshold,
         skip_initializer=arguments.skip_initializer,
         skip_service_mesh=arguments.skip_service_mesh,
         oci_layouts=tuple(arguments.oci_layout),

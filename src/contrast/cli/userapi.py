@@ -62,23 +62,43 @@ def register(commands: Any) -> None:
         "recover",
         help="attest a restarted Coordinator and give it back the seed",
     )
-    _common(recover_parser)
+    _common(recover_parser, coordinator_required=False)  # not to open a share
     recover_parser.add_argument(
         "--seedshare-owner-key",
         type=Path,
-        help=f"RSA key of a seed share owner (default: WORKSPACE/{SEEDSHARE_OWNER_KEY})",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help=f"RSA key of a seed share owner (default: WORKSPACE/{SEEDSHARE_OWNER_KEY});"
+        " repeatable, once per owner, when the manifest's SeedshareThreshold is above 1",
     )
     recover_parser.add_argument(
         "--seed", type=Path, help=f"seed share document (default: WORKSPACE/{SEED_SHARES})"
     )
+    recover_parser.add_argument(
+        "--share",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a seed share another owner opened with --decrypt-share-to (threshold above 1);"
+        " repeatable",
+    )
+    recover_parser.add_argument(
+        "--decrypt-share-to",
+        type=Path,
+        metavar="FILE",
+        help="only open this owner's threshold share into FILE (owner-only) for the operator"
+        " who recovers; the Coordinator is not contacted",
+    )
     recover_parser.set_defaults(run=run_recover)
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
+def _common(parser: argparse.ArgumentParser, *, coordinator_required: bool = True) -> None:
     parser.add_argument(
         "-c",
         "--coordinator",
-        required=True,
+        required=coordinator_required,
         metavar="HOST:PORT",
         help="the Coordinator's user API, e.g. 127.0.0.1:1313",
     )
@@ -172,12 +192,29 @@ def run_verify(arguments: argparse.Namespace) -> int:
 
 
 def run_recover(arguments: argparse.Namespace) -> int:
-    target, workspace = _target(arguments)
+    target, workspace = _target(arguments)  # the address is checked below, once it is needed
+    seed_shares = arguments.seed or workspace.path(SEED_SHARES)
+    keys = arguments.seedshare_owner_key
+    if arguments.decrypt_share_to is not None:
+        if len(keys) > 1 or arguments.share:
+            raise ContrastError("--decrypt-share-to opens one owner's share: pass one key")
+        written = operations.decrypt_share(
+            workspace,
+            seedshare_owner_key=keys[0] if keys else workspace.path(SEEDSHARE_OWNER_KEY),
+            seed_shares=seed_shares,
+            output=arguments.decrypt_share_to,
+        )
+        print(f"✔ Seed share opened into {written} (owner-only): hand it to whoever recovers")
+        return 0
+    if arguments.coordinator is None:
+        raise ContrastError(
+            "recover needs the Coordinator: pass -c HOST:PORT",
+            hint="only --decrypt-share-to works without it",
+        )
+    if not keys and not arguments.share:
+        keys = [workspace.path(SEEDSHARE_OWNER_KEY)]
     seen = operations.recover(
-        target,
-        workspace,
-        seedshare_owner_key=arguments.seedshare_owner_key or workspace.path(SEEDSHARE_OWNER_KEY),
-        seed_shares=arguments.seed or workspace.path(SEED_SHARES),
+        target, workspace, seedshare_owner_key=keys, seed_shares=seed_shares, shares=arguments.share
     )
     if not seen.checkable:
         _warn(seen.unchecked_warning())

@@ -36,11 +36,13 @@ from contrast.client.workspace import (
     read_file,
 )
 from contrast.errors import ContrastError
+from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
 from contrast.manifest.defaults import unfilled_values
 from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
+from contrast.seed import threshold
 from contrast.seed.shares import SeedShareDocument
 
 T = TypeVar("T")
@@ -208,6 +210,31 @@ def _owner_key(paths: Sequence[Path]) -> ec.EllipticCurvePrivateKey:
     )
 
 
+def decrypt_share(
+    workspace: Workspace, *, seedshare_owner_key: Path, seed_shares: Path, output: Path
+) -> Path:
+    """Open this owner's threshold share into `output` (owner-only) for whoever recovers.
+
+    The Coordinator is not contacted: an owner can do this alone and hand the file, a SLIP-0039
+    mnemonic, to the operator who runs `contrast recover --share`.
+    """
+    document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
+    mnemonic = threshold.unpack(document.decrypt(load_seedshare_owner_key(seedshare_owner_key)))
+    try:
+        write_atomically(output, (mnemonic + "\n").encode(), mode=0o600)
+    except OSError as error:
+        raise WorkspaceError(f"cannot write {output}: {error.strerror or error}") from None
+    return output
+
+
+def read_share(path: Path) -> str:
+    """A share file `decrypt_share` wrote: one SLIP-0039 mnemonic."""
+    text = read_file(path, "seed share").decode(errors="replace").strip()
+    if not text or len(text) > 4096:
+        raise OperationFailed(f"{path} holds no seed share mnemonic")
+    return " ".join(text.split())
+
+
 @dataclass(frozen=True)
 class VerifyResult:
     directory: Path
@@ -250,17 +277,42 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
 
 
 def recover(
-    target: Target, workspace: Workspace, *, seedshare_owner_key: Path, seed_shares: Path
+    target: Target,
+    workspace: Workspace,
+    *,
+    seedshare_owner_key: Path | Sequence[Path],
+    seed_shares: Path,
+    shares: Sequence[Path] = (),
 ) -> LastSeen:
-    """Attest the restarted Coordinator and hand it the seed from our seed share.
+    """Attest the restarted Coordinator and hand it the seed from our seed share(s).
+
+    With a `SeedshareThreshold` K > 1 in the manifest, the seed comes from K owners' shares:
+    each given owner key opens its own share in `seed_shares`, each file in `shares` holds a
+    share another owner opened (`decrypt_share`), and the seed is recombined here.
 
     Returns what the workspace remembered: the Coordinator refuses to recover a history without
     that transition, and without it rollback could not be checked.
     """
     manifest, _ = load_manifest(target.manifest_path)
-    key = load_seedshare_owner_key(seedshare_owner_key)
+    keys = [seedshare_owner_key] if isinstance(seedshare_owner_key, Path) else seedshare_owner_key
     document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
-    seed = document.decrypt(key)
+    if manifest.seedshare_threshold == 1:
+        if shares:
+            raise OperationFailed(
+                "the manifest's SeedshareThreshold is 1: one seed share owner key recovers alone",
+                hint="pass --seedshare-owner-key, not --share",
+            )
+        seed = document.decrypt(load_seedshare_owner_key(keys[0]))
+    else:
+        mnemonics = [threshold.unpack(document.decrypt(load_seedshare_owner_key(k))) for k in keys]
+        mnemonics += [read_share(path) for path in shares]
+        if len(set(mnemonics)) < manifest.seedshare_threshold:
+            raise OperationFailed(
+                f"the manifest's SeedshareThreshold is {manifest.seedshare_threshold}:"
+                f" {len(set(mnemonics))} different seed shares are not enough",
+                hint="pass one --seedshare-owner-key or --share per owner taking part",
+            )
+        seed = threshold.combine(mnemonics)
     seen = last_seen(workspace)
     connection = _connect(target, manifest)
     try:

@@ -178,13 +178,17 @@ class Coordinator:
                 seed = SeedEngine.generate()
                 owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
                 shares: SeedShareDocument | None = SeedShareDocument.create(
-                    seed.seed, seed.salt, owners
+                    seed.seed, seed.salt, owners, threshold=manifest.seedshare_threshold
                 )
                 expected_latest, previous, generation = None, ZERO_HASH, 1
             else:
                 if manifest.seedshare_owner_pub_keys != state.manifest.seedshare_owner_pub_keys:
                     raise PermissionDenied(
                         "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
+                    )
+                if manifest.seedshare_threshold != state.manifest.seedshare_threshold:
+                    raise PermissionDenied(
+                        "an update cannot change SeedshareThreshold: the seed is already shared"
                     )
                 seed, shares = state.seed, None
                 expected_latest = state.latest

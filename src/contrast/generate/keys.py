@@ -29,19 +29,24 @@ def ensure_owner_keys(
     workload_owner_keys: Sequence[Path],
     seedshare_owner_keys: Sequence[Path],
     *,
-    create_missing: bool,
+    create_missing: bool | tuple[bool, bool],
     disable_updates: bool,
 ) -> OwnerKeys:
-    """Load the owner keys, creating a missing one (0600) only where `create_missing` says.
+    """Load the owner keys, creating a missing one (0600) only where `create_missing` says
+    (for both kinds, or as (workload owner keys, seed share owner keys)).
 
     The original creates keys only when the default path is used; a path the user named must
     exist, so a typo is an error rather than a new key nobody holds.
     """
+    create_workload, create_seedshare = (
+        create_missing if isinstance(create_missing, tuple) else (create_missing, create_missing)
+    )
     created = []
-    for path, make in [(p, generate_workload_owner_key) for p in workload_owner_keys] + [
-        (p, generate_seedshare_owner_key) for p in seedshare_owner_keys
+    for path, make, create in [
+        *((p, generate_workload_owner_key, create_workload) for p in workload_owner_keys),
+        *((p, generate_seedshare_owner_key, create_seedshare) for p in seedshare_owner_keys),
     ]:
-        if not path.exists() and create_missing:
+        if not path.exists() and create:
             write_atomically(path, make(), mode=0o600)
             created.append(path)
     digests = (

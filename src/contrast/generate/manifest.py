@@ -78,14 +78,22 @@ def manifest_document(
     identities: Sequence[WorkloadIdentity],
     values: Mapping[str, list[dict[str, Any]]],
     keys: OwnerKeys,
+    *,
+    seedshare_threshold: int = 1,
 ) -> dict[str, Any]:
-    """The manifest of these workloads, with `reference_values()` and the owners' keys."""
-    return {
+    """The manifest of these workloads, with `reference_values()` and the owners' keys.
+
+    `SeedshareThreshold` is written only above 1, so that such manifests stay the original's.
+    """
+    document: dict[str, Any] = {
         "Policies": policies(identities),
         "ReferenceValues": dict(values),
         "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
         "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
     }
+    if seedshare_threshold > 1:
+        document["SeedshareThreshold"] = seedshare_threshold
+    return document
 
 
 def to_bytes(document: Mapping[str, Any]) -> bytes:

@@ -54,9 +54,11 @@ class Options:
     manifest: Path
     workload_owner_keys: tuple[Path, ...]
     seedshare_owner_keys: tuple[Path, ...]
-    create_keys: bool = True
+    # Whether missing keys are created: (workload owner keys, seed share owner keys).
+    create_keys: bool | tuple[bool, bool] = True
     platform: Platform | None = None
     disable_updates: bool = False
+    seedshare_threshold: int = 1
     skip_initializer: bool = False
     skip_service_mesh: bool = False
     oci_layouts: tuple[Path, ...] = ()
@@ -335,7 +337,9 @@ def generate(
         create_missing=options.create_keys,
         disable_updates=options.disable_updates,
     )
-    document = manifest_document.manifest_document(identities, values, keys)
+    document = manifest_document.manifest_document(
+        identities, values, keys, seedshare_threshold=options.seedshare_threshold
+    )
 
     _repeat_on_round_trips(files, edits)
     for text in (rules, new_settings):

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.manifest.errors import ManifestError
 from contrast.seed.shares import SeedShareError, load_public_key_hex
+from contrast.seed.threshold import MAX_OWNERS
 
 HASH_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -80,6 +81,19 @@ class ManifestDraft(_Model):
     )
     workload_owner_key_digests: tuple[str, ...] = Field(default=(), alias="WorkloadOwnerKeyDigests")
     seedshare_owner_pub_keys: tuple[str, ...] = Field(default=(), alias="SeedshareOwnerPubKeys")
+    # How many seed share owners recover the seed together (absent: 1, each alone, as the
+    # original). It is part of the manifest, so the Coordinator's attested manifest fixes it.
+    seedshare_threshold: int = Field(default=1, alias="SeedshareThreshold")
+
+    @model_validator(mode="after")
+    def _threshold(self) -> Self:
+        threshold, owners = self.seedshare_threshold, len(self.seedshare_owner_pub_keys)
+        if threshold < 1 or threshold > max(owners, 1) or threshold > MAX_OWNERS:
+            raise ValueError(
+                f"SeedshareThreshold {threshold} needs 1 ≤ threshold ≤ the {owners} seed share"
+                f" owner keys (at most {MAX_OWNERS})"
+            )
+        return self
 
     @field_validator("policies")
     @classmethod

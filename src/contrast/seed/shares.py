@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.errors import ContrastError
+from contrast.seed import threshold as threshold_sharing
 
 OAEP_LABEL = b"seedshare"
 
@@ -64,15 +65,28 @@ class SeedShareDocument:
 
     @classmethod
     def create(
-        cls, seed: bytes, salt: bytes, owner_keys: Sequence[rsa.RSAPublicKey]
+        cls,
+        seed: bytes,
+        salt: bytes,
+        owner_keys: Sequence[rsa.RSAPublicKey],
+        *,
+        threshold: int = 1,
     ) -> SeedShareDocument:
+        """Each owner's share encrypted to their key: the seed itself, or (threshold K > 1) a
+        Shamir share of which any K give the seed (`contrast.seed.threshold`)."""
+        if threshold == 1:
+            payloads = [seed] * len(owner_keys)
+        else:
+            mnemonics = threshold_sharing.split(seed, threshold, len(owner_keys))
+            payloads = [threshold_sharing.pack(mnemonic) for mnemonic in mnemonics]
         shares = tuple(
-            SeedShare(public_key_hex(key), key.encrypt(seed, _oaep())) for key in owner_keys
+            SeedShare(public_key_hex(key), key.encrypt(payload, _oaep()))
+            for key, payload in zip(owner_keys, payloads, strict=True)
         )
         return cls(shares, salt)
 
     def decrypt(self, owner_key: rsa.RSAPrivateKey) -> bytes:
-        """The seed, from the share encrypted to `owner_key`."""
+        """What was encrypted to `owner_key`: the seed, or its packed threshold share."""
         wanted = public_key_hex(owner_key.public_key())
         for share in self.shares:
             if share.public_key == wanted:
