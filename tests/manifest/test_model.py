@@ -80,3 +80,16 @@ def test_invalid_manifests_name_the_field(change: Any, message: str) -> None:
 def test_non_manifests_are_refused(data: bytes) -> None:
     with pytest.raises(ManifestError):
         Manifest.from_bytes(data)
+
+
+def test_a_seedshare_threshold_above_one_is_kept() -> None:
+    document_with = {**document(), "SeedshareThreshold": 1}
+    assert "SeedshareThreshold" not in json.loads(load(document_with).to_bytes())
+    twice = document()["SeedshareOwnerPubKeys"] * 2
+    with pytest.raises(ManifestError, match="lists a key twice"):
+        load({**document(), "SeedshareOwnerPubKeys": twice, "SeedshareThreshold": 2})
+    other = public_key_hex(rsa.generate_private_key(65537, 2048).public_key())
+    owners = [*document()["SeedshareOwnerPubKeys"], other]
+    manifest = load({**document(), "SeedshareOwnerPubKeys": owners, "SeedshareThreshold": 2})
+    assert json.loads(manifest.to_bytes())["SeedshareThreshold"] == 2
+    assert Manifest.from_bytes(manifest.to_bytes()) == manifest

@@ -93,6 +93,11 @@ class ManifestDraft(_Model):
                 f"SeedshareThreshold {threshold} needs 1 ≤ threshold ≤ the {owners} seed share"
                 f" owner keys (at most {MAX_OWNERS})"
             )
+        if threshold > 1 and len(set(self.seedshare_owner_pub_keys)) != owners:
+            raise ValueError(
+                "SeedshareOwnerPubKeys lists a key twice: its owner would hold two shares of a"
+                " threshold"
+            )
         return self
 
     @field_validator("policies")
@@ -158,6 +163,8 @@ class Manifest(ManifestDraft):
 
     def to_bytes(self) -> bytes:
         document = self.model_dump(mode="json", by_alias=True)
+        if self.seedshare_threshold == 1:  # the original's format, which has no threshold
+            del document["SeedshareThreshold"]
         return json.dumps(document, indent=2).encode() + b"\n"
 
     def digest(self) -> bytes:
