@@ -107,3 +107,21 @@ def test_sans_usages_and_workload_secret_id(authority: CertificateAuthority) -> 
     payload = b"apps/v1/Deployment/default/web"
     assert secret_id.value == bytes([0x04, len(payload)]) + payload
     assert leaf.not_valid_before_utc < NOW < leaf.not_valid_after_utc
+
+
+def test_each_leaf_names_its_own_authority(authority: CertificateAuthority) -> None:
+    """Issuer and authority key id are computed once per CA: never carried over to another."""
+    other = CertificateAuthority.create(
+        ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1()), now=NOW
+    )
+    for ca in (authority, other, authority, other):
+        leaf = leaf_for(ca, ["web"])
+        subject_key_id = ca.mesh_ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier)
+        key_id = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+        assert key_id.key_identifier == subject_key_id.value.digest
+        assert leaf.issuer == ca.mesh_ca.subject
+    own, others = (
+        ca.mesh_ca.extensions.get_extension_for_class(x509.SubjectKeyIdentifier).value.digest
+        for ca in (authority, other)
+    )
+    assert own != others  # so the loop above would notice a key id carried over
