@@ -124,3 +124,46 @@ def test_each_owner_s_encrypted_share_opens_with_their_key_only() -> None:
     assert SEED.hex().encode() not in document.to_json()
     assert all(threshold.is_packed(document.decrypt(key)) for key in keys)
     assert SeedShareDocument.create(SEED, b"salt", [keys[0].public_key()]).decrypt(keys[0]) == SEED
+
+
+def test_k_minus_1_shares_leave_every_seed_possible_but_slip39_s_digest_rules_most_out() -> None:
+    """What "fewer than K reveal nothing" means with SLIP-0039, checked rather than assumed.
+
+    Shamir's layer is information-theoretically hiding: given one share of a 2-of-N split, every
+    candidate byte at the secret's index (255) lies on exactly one line through that share, and the
+    256 candidates give 256 distinct values at the digest index (254), so each stays possible.
+    SLIP-0039 then makes the value at 254 a 4-byte HMAC digest of the secret plus random bytes:
+    with unbounded computation one share rules out all candidates but about 2^-32 of them (32
+    bits about a 512-bit seed), which is what lets recovery refuse a substituted share. Exploiting
+    it needs a search over the seed space, so it is no computational leak; this test pins both
+    facts so the README's claim stays the true one.
+    """
+    from shamir_mnemonic import shamir  # type: ignore[import-untyped]
+
+    secret = os.urandom(64)
+    share = shamir._split_secret(2, 3, secret)[0]  # what one owner alone holds
+    at_digest_index = {
+        shamir._interpolate(
+            [
+                shamir.RawShare(share.x, share.data[:1]),
+                shamir.RawShare(shamir.SECRET_INDEX, bytes([candidate])),
+            ],
+            shamir.DIGEST_INDEX,
+        )
+        for candidate in range(256)
+    }
+    assert len(at_digest_index) == 256
+
+    def passes_the_digest(candidate: bytes) -> bool:
+        value = shamir._interpolate(
+            [share, shamir.RawShare(shamir.SECRET_INDEX, candidate)], shamir.DIGEST_INDEX
+        )
+        digest, random_part = (
+            value[: shamir.DIGEST_LENGTH_BYTES],
+            value[shamir.DIGEST_LENGTH_BYTES :],
+        )
+        return bool(digest == shamir._create_digest(random_part, candidate))
+
+    assert passes_the_digest(secret)
+    # A false pass has probability 2000 × 2^-32 < 10^-6.
+    assert not any(passes_the_digest(os.urandom(64)) for _ in range(2000))

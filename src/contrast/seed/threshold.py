@@ -3,8 +3,10 @@
 The original gives every owner the whole seed, so one key opens it and every key must be
 trusted alike. With `SeedshareThreshold` K > 1 in the manifest the Coordinator instead splits
 the seed with Shamir's secret sharing as SLIP-0039 specifies it (one group, K of N members),
-using Trezor's reference implementation (`shamir-mnemonic`): fewer than K shares reveal nothing
-about the seed, and a recombined seed is checked against the digest share SLIP-0039 embeds, so
+using Trezor's reference implementation (`shamir-mnemonic`): fewer than K shares leave
+every seed possible but for SLIP-0039's 4-byte digest, which a search of the whole seed space
+could test (tests/seed/test_threshold.py measures both), and a recombined seed is checked
+against the digest share SLIP-0039 embeds, so
 a damaged or substituted share is refused rather than turned into a wrong seed. Each owner's
 share is a SLIP-0039 mnemonic (words they could also keep on paper); encrypted to their key it
 travels as the mnemonic's 10-bit word indices, packed, to stay within what RSA-OAEP can hold.
