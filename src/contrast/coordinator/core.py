@@ -1,16 +1,25 @@
 """The Coordinator's state machine, independent of gRPC.
 
 States (as the original's `stateguard`): no manifest → ready after the first SetManifest; after a
-restart with a stored history, recovery mode until Recover gets the seed back. State changes are
-serialised by one lock and committed by the history's compare-and-swap of its head, so a crash
-leaves the old or the new state. Reads take the current `State` snapshot without locking.
+restart with a stored history, recovery mode until Recover gets the seed back (from a seed share
+owner, or from a peer replica: `contrast.coordinator.peers`). State changes are serialised by one
+lock and committed by the history's compare-and-swap of its head, so a crash leaves the old or
+the new state, and of several replicas racing, exactly one wins.
+
+Several replicas share one history. A replica follows a manifest set through another one by
+reading the head before every certificate, update and history answer (a poll on use, not a
+watch: a watch event arrives some time after the write, and in that time a replica would certify
+against a superseded manifest; one read of a small entry is cheap, and on Kubernetes a GET
+without resourceVersion is a quorum read). A head it has not seen must be signed by its seed and
+descend from its own: anything else is a rollback or a fork, and it issues nothing.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
 
@@ -22,6 +31,7 @@ from contrast.atls.reportdata import report_data
 from contrast.attestation.errors import AttestationError
 from contrast.attestation.evidence import Evidence
 from contrast.ca.authority import CertificateAuthority
+from contrast.ca.sealed import seal, unseal
 from contrast.coordinator.errors import (
     Conflict,
     InvalidRequest,
@@ -37,8 +47,11 @@ from contrast.history.history import ZERO_HASH, History, LatestTransition, Trans
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import OwnershipError, verify_update
+from contrast.manifest.verifier import coordinator_verifier
 from contrast.seed.engine import SeedEngine, SeedError
 from contrast.seed.shares import SeedShareDocument, load_public_key_hex
+
+log = logging.getLogger(__name__)
 
 Clock = Callable[[], datetime]
 
@@ -92,6 +105,16 @@ class MeshCertificate:
 
 
 @dataclass(frozen=True)
+class Handover:
+    """What a ready replica hands a recovering peer (as the original's MeshAPI.Recover)."""
+
+    seed: bytes = field(repr=False)
+    salt: bytes = field(repr=False)
+    mesh_ca_key: bytes = field(repr=False)  # PKCS#8 PEM
+    transition_hash: bytes
+
+
+@dataclass(frozen=True)
 class _StoredHistory:
     chain: list[bytes]  # transition hashes, newest first
     manifest: Manifest  # the active (newest) one
@@ -130,7 +153,17 @@ class Coordinator:
     def mode(self) -> Mode:
         if self._state is not None:
             return Mode.READY
+        self._notice_history()
         return Mode.RECOVERY if self._recovering else Mode.NO_MANIFEST
+
+    def _notice_history(self) -> None:
+        """Without a manifest, a history another replica started makes this one recover."""
+        if self._state is None and not self._recovering:
+            try:
+                if self._history.has_latest():
+                    self._recovering = True
+            except HistoryError as error:
+                log.warning("cannot read the history: %s", error.explain())
 
     @property
     def generation(self) -> int:
@@ -139,14 +172,101 @@ class Coordinator:
         return 0 if state is None else state.generation
 
     def _ready_state(self) -> State:
+        """The state to answer from: the newest in the history (see the module docstring)."""
         state = self._state
         if state is not None:
-            return state
+            return self._follow(state)
+        self._notice_history()
         if self._recovering:
             raise NotReady(
                 "the Coordinator is in recovery mode", hint="run contrast recover with a seed share"
             )
         raise NotReady("no manifest is set", hint="run contrast set")
+
+    def _follow(self, state: State) -> State:
+        try:
+            head = self._history.get_latest_unverified()
+        except HistoryError as error:
+            raise stored_state_error(error) from None
+        if head == state.latest:
+            return state
+        with self._lock:
+            current = self._state
+            assert current is not None
+            try:
+                head = self._history.get_latest_unverified()
+                if head == current.latest:
+                    return current
+                if head is None:
+                    raise DamagedEntry("the history head is gone: the store was reset")
+                head.verify(current.seed.transaction_signing_key.public_key())
+                links = self._links_since(head, current.latest.transition_hash)
+                manifests = self._read_manifests([t for _, t in links or []])
+            except BadSignature:
+                raise StoredStateDamaged(
+                    "the history head is not signed by this deployment's seed",
+                    hint="the stored state was tampered with; no certificate is issued",
+                ) from None
+            except HistoryError as error:
+                raise stored_state_error(error) from None
+            if links is None:
+                raise StoredStateDamaged(
+                    f"the history head {head.transition_hash.hex()} does not descend from this"
+                    f" replica's {current.latest.transition_hash.hex()}: the history was rolled"
+                    " back or forked",
+                    hint="no certificate is issued; investigate the store",
+                )
+            if not links:  # the same transition, signed anew: nothing else changes
+                self._state = replace(current, latest=head)
+                return self._state
+            manifest_bytes, manifest = manifests[0]
+            generation = current.generation + len(links)
+            try:
+                self._state = self._activate(
+                    current.seed,
+                    manifest,
+                    manifest_bytes,
+                    latest=head,
+                    generation=generation,
+                    verifier=self._verifier_for(manifest),
+                )
+            except HistoryError as error:
+                raise stored_state_error(error) from None
+            log.info(
+                "followed the history to generation %d (a manifest set through another replica)",
+                generation,
+            )
+            return self._state
+
+    def _links_since(
+        self, head: LatestTransition, ancestor: bytes
+    ) -> list[tuple[bytes, Transition]] | None:
+        """The transitions from `head` back to `ancestor` (excluded); None if it is not one."""
+        links: list[tuple[bytes, Transition]] = []
+        for transition_hash, transition in self._history.walk(head.transition_hash):
+            if transition_hash == ancestor:
+                return links
+            links.append((transition_hash, transition))
+        return None
+
+    def _read_manifests(self, transitions: Sequence[Transition]) -> list[tuple[bytes, Manifest]]:
+        """The manifests of `transitions`, each valid and with all its policy documents stored."""
+        manifests: list[tuple[bytes, Manifest]] = []
+        checked: set[str] = set()
+        for transition in transitions:
+            data = self._history.get_manifest(transition.manifest_hash)
+            try:
+                manifest = Manifest.from_bytes(data)
+            except ManifestError as error:
+                raise DamagedEntry(
+                    f"the stored manifest {transition.manifest_hash.hex()} is not valid:"
+                    f" {error.explain()}"
+                ) from None
+            for hash_hex in manifest.policies.keys() - checked:
+                self._history.get_policy(bytes.fromhex(hash_hex))
+                checked.add(hash_hex)
+            manifests.append((data, manifest))
+        return manifests
 
     # UserAPI ---------------------------------------------------------------------------------
 
@@ -159,7 +279,10 @@ class Coordinator:
         owner_public_key: bytes = b"",
         signature: bytes = b"",
     ) -> SetManifestResult:
+        if self._state is not None:
+            self._ready_state()  # follow a manifest set through another replica first
         with self._lock:
+            self._notice_history()
             if self._recovering:
                 raise NotReady("the Coordinator is in recovery mode", hint="run contrast recover")
             state = self._state
@@ -198,11 +321,17 @@ class Coordinator:
                     self._history.put_policy(documents[hash_hex])
                 manifest_hash = self._history.put_manifest(manifest_bytes)
                 transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
+                authority = self._authority_for(seed, transition_hash)
                 latest = self._history.set_latest(
                     expected_latest, transition_hash, seed.transaction_signing_key
                 )
-            except ConcurrentUpdate as error:
-                raise Conflict(error.explain()) from None
+            except ConcurrentUpdate:
+                if state is None:
+                    self._recovering = True  # another replica set the first manifest
+                raise Conflict(
+                    "the manifest changed concurrently (set through another Coordinator replica)",
+                    hint="run contrast verify to see the current manifest, then set again",
+                ) from None
             except HistoryError as error:
                 raise stored_state_error(error) from None
             self._state = self._activate(
@@ -212,6 +341,7 @@ class Coordinator:
                 latest=latest,
                 generation=generation,
                 verifier=verifier,
+                authority=authority,
             )
             authority = self._state.authority
         return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
@@ -273,13 +403,29 @@ class Coordinator:
         latest: LatestTransition,
         generation: int,
         verifier: EvidenceVerifier,
+        authority: CertificateAuthority | None = None,
     ) -> State:
-        # A new mesh CA key for every manifest and every recovery, as the original: a mesh CA
-        # pins one manifest, while the seed-derived root CA spans all of them.
-        mesh_key = ec.generate_private_key(ec.SECP384R1())
-        authority = CertificateAuthority.create(seed.root_ca_key, mesh_key, now=self._clock())
+        if authority is None:
+            authority = self._authority_for(seed, latest.transition_hash)
         self.metrics.manifest_generation.set(generation)
         return State(seed, manifest, manifest_bytes, authority, latest, generation, verifier)
+
+    def _authority_for(self, seed: SeedEngine, transition_hash: bytes) -> CertificateAuthority:
+        """The CA of the state at `transition_hash`: the sealed one stored, else a new one.
+
+        A new mesh CA key for every manifest, as the original: a mesh CA pins one manifest, while
+        the seed-derived root CA spans all of them. It is sealed into the history before the head
+        moves, so every replica (and this one after a restart) serves the same mesh CA.
+        """
+        key = seed.authority_sealing_key()
+        sealed = self._history.get_authority(transition_hash)
+        if sealed is None:
+            mesh_key = ec.generate_private_key(ec.SECP384R1())
+            minted = CertificateAuthority.create(seed.root_ca_key, mesh_key, now=self._clock())
+            sealed = self._history.put_authority(
+                transition_hash, seal(key, transition_hash, minted)
+            )
+        return unseal(key, transition_hash, sealed, seed.root_ca_key)
 
     def get_manifests(self) -> ManifestHistory:
         state = self._ready_state()
@@ -299,8 +445,21 @@ class Coordinator:
             state.latest,
         )
 
-    def recover(self, seed: bytes, salt: bytes, *, expected_transition_hash: bytes = b"") -> None:
+    def recover(
+        self,
+        seed: bytes,
+        salt: bytes,
+        *,
+        expected_transition_hash: bytes = b"",
+        mesh_ca_key: bytes = b"",
+    ) -> None:
+        """Leave recovery mode with the seed, from a seed share owner or a peer replica.
+
+        A peer also hands over its mesh CA key (as the original); it must be the one sealed in
+        the history for the peer's state, or the peer and this replica would disagree.
+        """
         with self._lock:
+            self._notice_history()
             if not self._recovering:
                 if self._state is not None:
                     raise NotReady("the Coordinator is not in recovery mode: already recovered")
@@ -327,14 +486,24 @@ class Coordinator:
                     " the Coordinator's state was rolled back or replaced",
                     hint="do not trust this deployment's state; investigate its volume",
                 )
-            self._state = self._activate(
-                engine,
-                stored.manifest,
-                stored.manifest_bytes,
-                latest=latest,
-                generation=len(stored.chain),
-                verifier=self._verifier_for(stored.manifest),
-            )
+            try:
+                state = self._activate(
+                    engine,
+                    stored.manifest,
+                    stored.manifest_bytes,
+                    latest=latest,
+                    generation=len(stored.chain),
+                    verifier=self._verifier_for(stored.manifest),
+                )
+            except HistoryError as error:
+                raise stored_state_error(error) from None
+            if mesh_ca_key and latest.transition_hash == expected_transition_hash:
+                handed = serialization.load_pem_private_key(mesh_ca_key, None)
+                if handed.public_key() != state.authority.mesh_key.public_key():
+                    raise PermissionDenied(
+                        "the peer's mesh CA key is not the one sealed in the history"
+                    )
+            self._state = state
             self._recovering = False
 
     def _check_stored_history(self, latest: LatestTransition) -> _StoredHistory:
@@ -346,29 +515,67 @@ class Coordinator:
         every GetManifests.
         """
         chain = list(self._history.walk(latest.transition_hash))
-        manifests: list[tuple[bytes, Manifest]] = []
-        for _, transition in chain:
-            data = self._history.get_manifest(transition.manifest_hash)
-            try:
-                manifests.append((data, Manifest.from_bytes(data)))
-            except ManifestError as error:
-                raise DamagedEntry(
-                    f"the stored manifest {transition.manifest_hash.hex()} is not valid:"
-                    f" {error.explain()}"
-                ) from None
-        checked: set[str] = set()
-        for _, manifest in manifests:
-            for hash_hex in manifest.policies.keys() - checked:
-                self._history.get_policy(bytes.fromhex(hash_hex))
-                checked.add(hash_hex)
-        manifest_bytes, manifest = manifests[0]
+        manifest_bytes, manifest = self._read_manifests([t for _, t in chain])[0]
         return _StoredHistory(
             chain=[transition_hash for transition_hash, _ in chain],
             manifest=manifest,
             manifest_bytes=manifest_bytes,
         )
 
+    def stored_manifest_unverified(self) -> tuple[bytes, Manifest] | None:
+        """The head's transition hash and manifest, NOT verified: what a peer must attest to.
+
+        As the original's ResetState: before it has the seed, a recovering replica can only read
+        the head unchecked; it uses the manifest to decide which peers may hand it the seed, and
+        `recover` then checks the head's signature with that seed.
+        """
+        try:
+            head = self._history.get_latest_unverified()
+            if head is None:
+                return None
+            transition = self._history.get_transition(head.transition_hash)
+            manifest = Manifest.from_bytes(self._history.get_manifest(transition.manifest_hash))
+        except ManifestError as error:
+            message = f"the stored manifest is not valid: {error.explain()}"
+            raise StoredStateDamaged(message) from None
+        except HistoryError as error:
+            raise stored_state_error(error) from None
+        return head.transition_hash, manifest
+
     # MeshAPI ---------------------------------------------------------------------------------
+
+    def handover(self, nonce: bytes, public_key: bytes, evidence: Evidence) -> Handover:
+        """The seed for a recovering peer, if its evidence is a Coordinator of this manifest.
+
+        The evidence must bind `public_key` to our nonce, pass the active manifest's reference
+        values, and carry a policy hash whose entry has role `coordinator`; the caller seals
+        the answer to `public_key`, so only that TEE can read it.
+        """
+        state = self._ready_state()
+        now = self._clock()
+        if not self._nonces.consume(nonce, now):
+            raise PermissionDenied(
+                "the nonce is unknown, expired or already used",
+                hint="get a fresh nonce and new evidence for it",
+            )
+        coordinators = [bytes.fromhex(h) for h in state.manifest.coordinator_policy_hashes]
+        try:
+            coordinator_verifier(state.manifest, coordinators).verify(
+                evidence, report_data=report_data(public_key, nonce), now=now
+            )
+        except AttestationError as error:
+            self.metrics.attestation_failures.inc()
+            raise PermissionDenied(
+                f"peer recovery refused, the evidence is not a Coordinator of the active manifest"
+                f" ({error.reason}): {error.explain()}"
+            ) from None
+        mesh_key = state.authority.mesh_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        log.info("handing the seed to an attested peer Coordinator")
+        return Handover(state.seed.seed, state.seed.salt, mesh_key, state.latest.transition_hash)
 
     def new_nonce(self) -> bytes:
         return self._nonces.issue(self._clock())

@@ -23,3 +23,7 @@ class BadSignature(HistoryError):
 
 class ConcurrentUpdate(HistoryError):
     """The head changed between reading and replacing it (compare-and-swap lost)."""
+
+
+class EntryTooLarge(HistoryError):
+    """An entry larger than every backend can hold (a ConfigMap: 1 MiB): refused before writing."""

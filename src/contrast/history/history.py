@@ -5,7 +5,14 @@ Layout (as the original's `internal/history`):
 - `transitions/<sha256>` → `ManifestHash ‖ PreviousTransitionHash` (64 bytes), the root's
   previous hash being 32 zero bytes, so the transitions form a hash chain;
 - `transitions/latest` → `TransitionHash ‖ ECDSA-P384 signature over that raw hash` with the
-  seed-derived transaction signing key.
+  seed-derived transaction signing key;
+- `authorities/<transition hash>` → that state's CA (mesh CA key and certificates), sealed with a
+  seed-derived key (`contrast.ca.sealed`). Beyond the original: every replica, and every restart,
+  serves one manifest with the same mesh CA, so workloads certified by different replicas trust
+  each other, and no Coordinator has to be alive to hand the mesh CA key over.
+
+No entry may exceed `MAXIMUM_ENTRY_SIZE` (1 MiB, what a ConfigMap holds), in any backend, so a
+history can move between backends.
 
 Entries are written before the head and the head is replaced by compare-and-swap, so a crash at any
 point leaves the old head (plus unreferenced entries) or the new one. Every read re-hashes, and the
@@ -24,7 +31,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import Prehashed, decode_dss_signature
 
-from contrast.history.errors import BadSignature, DamagedEntry, HashMismatch, HistoryError
+from contrast.history.errors import (
+    BadSignature,
+    ConcurrentUpdate,
+    DamagedEntry,
+    EntryTooLarge,
+    HashMismatch,
+    HistoryError,
+)
 from contrast.history.store import Store
 
 HASH_SIZE = 32
@@ -32,6 +46,18 @@ ZERO_HASH = bytes(HASH_SIZE)
 LATEST_KEY = "transitions/latest"
 # A chain longer than this is not a history we wrote: refuse rather than loop.
 MAXIMUM_GENERATIONS = 1_000_000
+# The data of one ConfigMap (https://kubernetes.io/docs/concepts/configuration/configmap/).
+MAXIMUM_ENTRY_SIZE = 1024 * 1024
+KINDS = ("manifests", "policies", "transitions", "authorities")
+
+
+def check_size(what: str, data: bytes) -> None:
+    if len(data) > MAXIMUM_ENTRY_SIZE:
+        raise EntryTooLarge(
+            f"the {what} is {len(data)} bytes; a history entry holds at most {MAXIMUM_ENTRY_SIZE}"
+            " (the size of a Kubernetes ConfigMap)",
+            hint="make it smaller: fewer or smaller policies, shorter manifest",
+        )
 
 
 def digest(data: bytes) -> bytes:
@@ -120,6 +146,7 @@ class History:
         self.store = store
 
     def _put_addressed(self, kind: str, data: bytes) -> bytes:
+        check_size(kind.removesuffix("s"), data)
         name = digest(data)
         self.store.put(f"{kind}/{name.hex()}", data)
         return name
@@ -191,6 +218,31 @@ class History:
             LATEST_KEY, None if expected is None else expected.to_bytes(), latest.to_bytes()
         )
         return latest
+
+    def get_authority(self, transition_hash: bytes) -> bytes | None:
+        """The sealed CA of the state at `transition_hash`, if one was stored."""
+        return self.store.get(f"authorities/{transition_hash.hex()}")
+
+    def put_authority(self, transition_hash: bytes, sealed: bytes) -> bytes:
+        """Store the sealed CA of a state unless one is there; the one that is there after.
+
+        Two replicas setting the same manifest at once mint two CAs for one transition: the first
+        write wins and both use it, so a transition never has two mesh CAs.
+        """
+        check_size("sealed CA", sealed)
+        key = f"authorities/{transition_hash.hex()}"
+        try:
+            self.store.compare_and_swap(key, None, sealed)
+        except ConcurrentUpdate:
+            existing = self.store.get(key)
+            if existing is None:
+                raise DamagedEntry(f"{self.store.describe(key)} vanished while written") from None
+            return existing
+        return sealed
+
+    def names(self, kind: str) -> list[str]:
+        """The names of every stored entry of `kind` (one of `KINDS`, or `transitions`' head)."""
+        return self.store.names(kind)
 
     def walk(self, transition_hash: bytes) -> Iterator[tuple[bytes, Transition]]:
         """Transitions from `transition_hash` back to the root, newest first."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ log = logging.getLogger(__name__)
 
 # As the original's ConfigMap store: "<kind>/<name>", so keys map to file and object names.
 KEY_PATTERN = re.compile(r"^[a-zA-Z0-9-]+/[a-zA-Z0-9-]+$")
+KIND_PATTERN = re.compile(r"^[a-zA-Z0-9-]+$")
 
 
 class Store(Protocol):
@@ -34,7 +36,13 @@ class Store(Protocol):
         """Write `value` at `key` durably (content-addressed entries never change)."""
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
-        """Write `value` at `key` only if it currently holds `expected` (None: absent)."""
+        """Write `value` at `key` only if it currently holds `expected` (None: absent).
+
+        The loser of a race gets `ConcurrentUpdate`, and nothing it sent is written.
+        """
+
+    def names(self, kind: str) -> list[str]:
+        """The names of every entry of `kind` (`manifests`, `policies`, ...), sorted."""
 
     def describe(self, key: str) -> str:
         """Where `key` is kept, for messages that must name a damaged entry (a file, an object)."""
@@ -43,6 +51,11 @@ class Store(Protocol):
 def check_key(key: str) -> None:
     if not KEY_PATTERN.fullmatch(key):
         raise HistoryError(f"invalid history key {key!r}: expected <kind>/<name> in [a-zA-Z0-9-]")
+
+
+def check_kind(kind: str) -> None:
+    if not KIND_PATTERN.fullmatch(kind):
+        raise HistoryError(f"invalid history kind {kind!r}: expected [a-zA-Z0-9-]")
 
 
 class FileSystemStore:
@@ -110,6 +123,17 @@ class FileSystemStore:
         except OSError as error:
             raise HistoryError(f"cannot write {key} to {self.root}: {error.strerror}") from None
 
+    def names(self, kind: str) -> list[str]:
+        check_kind(kind)
+        try:
+            entries = list((self.root / kind).iterdir())
+        except FileNotFoundError:
+            return []
+        except OSError as error:
+            raise HistoryError(f"cannot list {kind} in {self.root}: {error.strerror}") from None
+        # Temporary files of writes in progress start with a dot and are no entries yet.
+        return sorted(p.name for p in entries if KEY_PATTERN.fullmatch(f"{kind}/{p.name}"))
+
     @contextmanager
     def _locked(self, *, shared: bool = False) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -126,6 +150,7 @@ class MemoryStore:
 
     def __init__(self) -> None:
         self.entries: dict[str, bytes] = {}
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes | None:
         check_key(key)
@@ -139,7 +164,13 @@ class MemoryStore:
         check_key(key)
         return key
 
+    def names(self, kind: str) -> list[str]:
+        check_kind(kind)
+        return sorted(k.partition("/")[2] for k in self.entries if k.startswith(f"{kind}/"))
+
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
-        if self.get(key) != expected:
-            raise ConcurrentUpdate(f"{key} changed while it was being updated")
-        self.entries[key] = value
+        check_key(key)
+        with self._lock:
+            if self.entries.get(key) != expected:
+                raise ConcurrentUpdate(f"{key} changed while it was being updated")
+            self.entries[key] = value

@@ -29,6 +29,9 @@ _POD_STATE_LABEL = b"POD STATE SECRET"
 _TRANSACTION_SIGNING_LABEL = b"TRANSACTION SIGNING SECRET"
 _ROOT_CA_LABEL = b"ROOT CA SEED"
 _WORKLOAD_SECRET_PREFIX = b"WORKLOAD SECRET ID: "
+# Beyond the original: the key that seals each state's CA in the history (contrast.ca.sealed).
+_AUTHORITY_SEALING_LABEL = b"AUTHORITY SEALING KEY"
+AUTHORITY_SEALING_KEY_SIZE = 32
 
 
 class SeedError(ContrastError):
@@ -80,6 +83,16 @@ class SeedEngine:
             raise SeedError("a workload secret needs a non-empty workload secret id")
         label = _WORKLOAD_SECRET_PREFIX + workload_secret_id.encode()
         return self._derive(self._pod_state_secret, label)
+
+    def authority_sealing_key(self) -> bytes:
+        """The AES-256 key that seals every state's CA in the history (one per seed)."""
+        hkdf = HKDF(
+            algorithm=hashes.SHA256(),
+            length=AUTHORITY_SEALING_KEY_SIZE,
+            salt=self.salt,
+            info=_AUTHORITY_SEALING_LABEL,
+        )
+        return hkdf.derive(self.seed)
 
     def _derive(self, secret: bytes, label: bytes) -> bytes:
         # HKDF output as long as its input, as the original does (64 bytes for a 64-byte seed).
