@@ -486,6 +486,27 @@ def test_release_resources_with_random_flags(
     check(argv, tmp_path_factory.mktemp("release"))
 
 
+REPLACEMENTS = (
+    "# a mirror\n"
+    "ghcr.io/contrast-python/coordinator:0.1.0 = mirror.example/coordinator:0.1.0\n"
+    "registry.k8s.io/pause:3.10=mirror.example/pause:3.10  # the pause image\n"
+)
+
+
+@examples()
+@given(
+    command=st.sampled_from(["runtime", "coordinator-resources"]),
+    data=st.data(),
+)
+def test_release_resources_with_damaged_image_replacements(
+    tmp_path_factory: pytest.TempPathFactory, command: str, data: st.DataObject
+) -> None:
+    root = tmp_path_factory.mktemp("replacements")
+    (root / "replacements.txt").write_text(data.draw(mutated_text(REPLACEMENTS)))
+    argv = [command, "--platform", "metal-qemu-snp"]
+    check([*argv, "--image-replacements", str(root / "replacements.txt")], root)
+
+
 @examples()
 @given(
     tee=st.sampled_from(["snp", "tdx"]),

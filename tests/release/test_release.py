@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -70,3 +71,70 @@ def test_the_schema_check_can_fail() -> None:
     broken["overhead"]["podFixed"]["memory"] = ["not", "a", "quantity"]
     with pytest.raises(kubernetes_validate.ValidationError):
         validate(broken)
+
+
+def _printed(capsys: pytest.CaptureFixture[str], argv: list[str]) -> str:
+    capsys.readouterr()
+    assert main(argv) == 0
+    return capsys.readouterr().out
+
+
+def _images(text: str) -> list[str]:
+    documents = YAML(typ="safe").load_all(io.StringIO(text))
+    return [
+        container["image"]
+        for document in documents
+        if document["kind"] in ("DaemonSet", "StatefulSet")
+        for key in ("initContainers", "containers")
+        for container in document["spec"]["template"]["spec"].get(key, [])
+    ]
+
+
+def test_image_replacements_in_printed_resources(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    file = tmp_path / "replacements.txt"
+    file.write_text(
+        "# an air-gapped mirror\n"
+        f"{release.NODE_INSTALLER_IMAGE}=mirror.example/contrast/node-installer:v1\n"
+        f"{release.PAUSE_IMAGE} = mirror.example/pause:3.10\n"
+        f"{release.COORDINATOR_IMAGE}=mirror.example/contrast/coordinator:v1\n"
+    )
+    runtime = ["runtime", "--platform", "metal-qemu-snp"]
+    coordinator = ["coordinator-resources", "--platform", "metal-qemu-tdx"]
+    replaced = ["--image-replacements", str(file)]
+    assert _images(_printed(capsys, runtime)) == [release.NODE_INSTALLER_IMAGE, release.PAUSE_IMAGE]
+    assert _images(_printed(capsys, [*runtime, *replaced])) == [
+        "mirror.example/contrast/node-installer:v1",
+        "mirror.example/pause:3.10",
+    ]
+    assert _images(_printed(capsys, [*coordinator, *replaced])) == [
+        "mirror.example/contrast/coordinator:v1"
+    ]
+    # A file that replaces none of these images prints exactly what no file prints.
+    file.write_text("ghcr.io/example/app:v1=mirror.example/app:v1\n")
+    for argv in (runtime, coordinator):
+        assert _printed(capsys, [*argv, *replaced]) == _printed(capsys, argv)
+
+
+def test_malformed_image_replacements_are_one_line(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    file = tmp_path / "replacements.txt"
+    file.write_text(f"{release.COORDINATOR_IMAGE}=\n")
+    for argv in (
+        ["runtime", "--platform", "metal-qemu-snp"],
+        ["coordinator-resources", "--platform", "metal-qemu-snp"],
+    ):
+        capsys.readouterr()
+        assert main([*argv, "--image-replacements", str(file)]) == 1
+        out, err = capsys.readouterr()
+        assert out == ""
+        assert err == (
+            f"contrast: {file}:1: no replacement for {release.COORDINATOR_IMAGE!r}"
+            " (write one IMAGE=REPLACEMENT per line; # starts a comment)\n"
+        )
+    argv = ["runtime", "--image-replacements", str(file), "build", "--platform", "metal-qemu-snp",
+            "--kata-release", str(tmp_path / "missing")]  # fmt: skip
+    assert main(argv) == 1
+    assert "not to `runtime build`" in capsys.readouterr().err

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.client.workspace import MANIFEST, SEEDSHARE_OWNER_KEY, WORKLOAD_OWNER_KEY
 from contrast.errors import ContrastError
 from contrast.generate import pipeline
@@ -87,6 +88,7 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--skip-service-mesh", action="store_true", help="inject no service-mesh sidecar"
     )
+    add_image_replacements(parser)
     parser.add_argument(
         "--oci-layout",
         type=Path,
@@ -158,6 +160,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         seedshare_threshold=arguments.seedshare_threshold,
         skip_initializer=arguments.skip_initializer,
         skip_service_mesh=arguments.skip_service_mesh,
+        image_replacements=image_replacements(arguments),
         oci_layouts=tuple(arguments.oci_layout),
         insecure_registries=tuple(arguments.insecure_registry),
         emulated_tee=arguments.emulated_tee or workspace / EMULATED_TEE,

@@ -17,6 +17,7 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
+from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
 from contrast.kata.build import BuildRequest, build_runtime
 from contrast.kuberesource import release, yamlio
@@ -36,6 +37,7 @@ def register(commands: Any) -> None:
         "--node-selector", action="append", default=[], metavar="KEY=VALUE",
         help="schedule confidential pods (and the installer) on matching nodes only",
     )  # fmt: skip
+    add_image_replacements(runtime)
     runtime.set_defaults(run=run_runtime, runtime_parser=runtime)
     subcommands = runtime.add_subparsers(dest="runtime_command", metavar="SUBCOMMAND")
     _register_build(subcommands, names)
@@ -44,6 +46,7 @@ def register(commands: Any) -> None:
         "coordinator-resources", help="print the Coordinator StatefulSet and its Services"
     )
     coordinator.add_argument("--platform", required=True, choices=names, type=str.lower)
+    add_image_replacements(coordinator)
     coordinator.set_defaults(run=run_coordinator_resources)
 
 
@@ -59,6 +62,15 @@ def _selector(pairs: Sequence[str]) -> dict[str, str]:
 
 def print_documents(documents: Sequence[dict[str, Any]]) -> None:
     sys.stdout.write(yamlio.dump_documents(documents))
+
+
+def _without_image_replacements(arguments: argparse.Namespace, command: str) -> None:
+    """`runtime --image-replacements F build` would take the flag and ignore it: refuse."""
+    if arguments.image_replacements is not None:
+        raise ContrastError(
+            f"--image-replacements applies to the printed resources, not to `runtime {command}`",
+            hint="it replaces images in the output of `contrast runtime --platform P`",
+        )
 
 
 def _add_tdx_rtmr0(parser: argparse.ArgumentParser) -> None:
@@ -116,6 +128,7 @@ def _register_build(subcommands: Any, names: list[str]) -> None:
 
 
 def run_build(arguments: argparse.Namespace) -> int:
+    _without_image_replacements(arguments, "build")
     built = build_runtime(
         BuildRequest(
             release=arguments.kata_release,
@@ -163,6 +176,7 @@ def _register_reference_values(subcommands: Any, names: list[str]) -> None:
 
 
 def run_reference_values(arguments: argparse.Namespace) -> int:
+    _without_image_replacements(arguments, "reference-values")
     platform = by_name(arguments.platform)
     if platform.tee is Tee.SNP:
         if arguments.tdx_rtmr0 or arguments.tdx_event_log:
@@ -228,12 +242,17 @@ def run_runtime(arguments: argparse.Namespace) -> int:
     if arguments.platform is None:
         arguments.runtime_parser.error("the following arguments are required: --platform")
     platform = by_name(arguments.platform)
-    print_documents(
-        release.runtime_resources(platform, node_selector=_selector(arguments.node_selector))
-    )
+    replacements = image_replacements(arguments)
+    selector = _selector(arguments.node_selector)
+    documents = release.runtime_resources(platform, node_selector=selector)
+    replacements.replace_all(documents)
+    print_documents(documents)
     return 0
 
 
 def run_coordinator_resources(arguments: argparse.Namespace) -> int:
-    print_documents(release.coordinator_resources(by_name(arguments.platform)))
+    replacements = image_replacements(arguments)
+    documents = release.coordinator_resources(by_name(arguments.platform))
+    replacements.replace_all(documents)
+    print_documents(documents)
     return 0

@@ -1,18 +1,18 @@
 """`contrast generate`: plain Kubernetes YAML in, confidential workloads and their manifest out.
 
 The steps follow the original's pipeline (research/contrast.md §6.2): read the resources, resolve
-each pod's runtime class to a platform, inject the Initializer and the service-mesh sidecar, read
-the images, derive a Kata agent policy per pod and put its initdata into the pod annotation, then
-write the manifest that admits exactly these policies on exactly these platforms. The resources
-and the manifest are written only after everything was computed, so a failure (a missing image, a
-malformed annotation) leaves them as they were; every file is replaced atomically. A second run
-over its own output changes nothing.
+each pod's runtime class to a platform, inject the Initializer and the service-mesh sidecar,
+replace images (`--image-replacements`), read the images, derive a Kata agent policy per pod and
+put its initdata into the pod annotation, then write the manifest that admits exactly these
+policies on exactly these platforms. The resources and the manifest are written only after
+everything was computed, so a failure (a missing image, a malformed annotation) leaves them as
+they were; every file is replaced atomically. A second run over its own output changes nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from contrast.generate.references import ReferenceValueProvider
 from contrast.images.model import ImageFacts
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
+from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
@@ -61,6 +62,7 @@ class Options:
     seedshare_threshold: int = 1
     skip_initializer: bool = False
     skip_service_mesh: bool = False
+    image_replacements: ImageReplacements = field(default_factory=ImageReplacements)
     oci_layouts: tuple[Path, ...] = ()
     insecure_registries: tuple[str, ...] = ()
     emulated_tee: Path | None = None
@@ -203,6 +205,21 @@ def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
     )
 
 
+def _release_facts(replacements: ImageReplacements) -> dict[str, ImageFacts]:
+    """The release images' facts, also under the names `--image-replacements` gives them.
+
+    A replacement of a release image is taken to be the same image under another name (a mirror),
+    so it is described as the release image is, without asking a registry: a mirror works where
+    the original does, also air-gapped. A replacement that differs (an own build with another
+    config) would be described wrongly, by the release image's config and digest.
+    """
+    known = dict(release_images.known_images())
+    for image, replacement in replacements.table.items():
+        if image in known and replacement not in known:
+            known[replacement] = replace(known[image], reference=replacement)
+    return known
+
+
 @dataclass
 class _Edit:
     """What generate changes in one confidential workload, so that it can be made twice.
@@ -226,6 +243,9 @@ class _Edit:
             skip_initializer=self.options.skip_initializer,
             skip_service_mesh=self.options.skip_service_mesh,
         )
+        # After injection, so that the Initializer and the sidecar are replaced too; before the
+        # policy, which then describes the images the pod will run.
+        self.options.image_replacements.replace_in(workload)
 
     def annotate(self, workload: Workload, annotation: str) -> None:
         self.annotation = annotation
@@ -305,7 +325,7 @@ def generate(
         cache_path=options.layers_cache,
         progress=options.progress,
     )
-    known = release_images.known_images()
+    known = _release_facts(options.image_replacements)
     images: dict[str, ImageFacts] = {image: known[image] for image in wanted if image in known}
     images.update(resolver.resolve([image for image in wanted if image not in known]))
 

@@ -164,6 +164,10 @@ class Workload:
         """The init containers, native sidecars (`restartPolicy: Always`) included."""
         return _containers(self.pod_template, "initContainers", self.describe())
 
+    def ephemeral_containers(self) -> list[MutableMapping[str, Any]]:
+        """Debug containers of a running Pod (`kubectl debug`); not among `all_containers`."""
+        return _containers(self.pod_template, "ephemeralContainers", self.describe())
+
     def all_containers(self) -> list[MutableMapping[str, Any]]:
         """Init containers first, then regular containers: the order the pod starts them."""
         return self.init_containers() + self.containers()
