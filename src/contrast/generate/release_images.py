@@ -1,10 +1,11 @@
-"""Images whose configs this release defines, so `generate` needs no registry to describe them.
+"""Facts of the images whose configs this release knows, so `generate` needs no registry for them.
 
-The Coordinator, Initializer and service-mesh images are built from this project with the
-`contrast` program as entrypoint, running as root (the Initializer and the sidecar change
-iptables rules and write `/contrast`). The pause image is the one the runtime's guest image
-brings along for the sandbox container under guest pull, so its config is fixed by the runtime
-release too. A registry is asked only for images the user brings.
+The Coordinator, Initializer and service-mesh images' facts are the build's record of the built
+images (`contrast.kuberesource.releaseimages`), under both their tag and, in a release, their
+digest reference. The pause image is the one the runtime's guest image brings along for the
+sandbox container under guest pull, so its config is fixed by the runtime release, not by an
+image this project builds; it is the one entry still described here. A registry is asked only
+for images the user brings.
 """
 
 from __future__ import annotations
@@ -12,22 +13,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from contrast.images.model import ImageConfig, ImageFacts
-from contrast.kuberesource import release
+from contrast.kuberesource.releaseimages import release_images, tagged
 
 DEFAULT_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ROOT_PASSWD = "root:x:0:0:root:/root:/bin/sh\n"  # noqa: S105 (an /etc/passwd line)
-ROOT_GROUP = "root:x:0:\n"
 PAUSE_IMAGES = ("mcr.microsoft.com/oss/kubernetes/pause:3.6", "registry.k8s.io/pause:3.6")
-
-
-def _contrast_image(reference: str) -> ImageFacts:
-    return ImageFacts(
-        reference=reference,
-        digest="",
-        config=ImageConfig(user="0:0", env=(DEFAULT_PATH,), entrypoint=("contrast",)),
-        etc_passwd=ROOT_PASSWD,
-        etc_group=ROOT_GROUP,
-    )
+# The images whose facts generate takes from the record: those that run in confidential pods.
+POLICY_IMAGES = ("coordinator", "initializer", "service-mesh-proxy")
 
 
 def _pause_image(reference: str) -> ImageFacts:
@@ -40,11 +31,11 @@ def _pause_image(reference: str) -> ImageFacts:
 
 def known_images() -> Mapping[str, ImageFacts]:
     """Facts by image string, as the YAML and the policy settings write them."""
-    contrast_images = (
-        release.COORDINATOR_IMAGE,
-        release.INITIALIZER_IMAGE,
-        release.SERVICE_MESH_IMAGE,
-    )
-    facts = {image: _contrast_image(image) for image in contrast_images}
+    facts = {}
+    recorded = release_images()
+    for name in POLICY_IMAGES:
+        image = recorded[name]
+        for reference in {tagged(name), image.reference}:
+            facts[reference] = image.facts(reference)
     facts.update({image: _pause_image(image) for image in PAUSE_IMAGES})
     return facts

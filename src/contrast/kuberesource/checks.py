@@ -18,7 +18,7 @@ from contrast.images.model import ImageFacts
 from contrast.kuberesource.inject import INITIALIZER_NAME, SERVICE_MESH_NAME
 from contrast.kuberesource.pinning import is_pinned
 from contrast.kuberesource.quantity import MIB, mebibytes, parse_quantity
-from contrast.kuberesource.release import IMAGE_REPOSITORY
+from contrast.kuberesource.releaseimages import IMAGE_REPOSITORY
 from contrast.kuberesource.workloads import Workload
 from contrast.platforms import PLATFORMS, Platform
 

