@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests run for real: openssl (`verify` checks the mesh certificate
-# chains), docker-registry (images for `generate`), containerd (checks the configs the node installer
-# writes), cryptsetup-bin (veritysetup). Only missing commands are installed; needs root for apt-get.
+# chains), docker-registry (images for `generate`), containerd and runc (check the configs the node
+# installer writes, and run the release images), cryptsetup-bin (veritysetup), mmdebstrap (builds the
+# images' root file system), skopeo (pushes them to the registry), umoci (reads our OCI layout as a
+# second, independent implementation). Only missing commands are installed; needs root for apt-get.
 set -euo pipefail
 declare -A packages=(
     [openssl]=openssl
     [docker-registry]=docker-registry
     [containerd]=containerd
     [veritysetup]=cryptsetup-bin
+    [runc]=runc
+    [mmdebstrap]=mmdebstrap
+    [skopeo]=skopeo
+    [umoci]=umoci
 )
 missing=()
 for command in "${!packages[@]}"; do

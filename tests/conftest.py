@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+from tests.imagebuild.builder import BuiltImages, build_into
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 ATTESTATION_DATA = SHARED / "testdata" / "attestation"
@@ -86,3 +88,9 @@ def expected_snp_claims(facts: dict[str, Any]) -> dict[str, Any]:
         },
         "platform_info": int(facts["platform_info"], 16),
     }
+
+
+@pytest.fixture(scope="session")
+def built_images(tmp_path_factory: pytest.TempPathFactory) -> BuiltImages:
+    """The release images of this checkout, built for real once per session."""
+    return build_into(tmp_path_factory.mktemp("images") / "layout")

@@ -13,7 +13,7 @@ import pytest
 from contrast.imagebuild.facts import read_back
 from contrast.imagebuild.spec import IMAGES
 from contrast.kuberesource.releaseimages import release_images, tagged
-from tests.imagebuild.conftest import BuiltImages, build_into
+from tests.imagebuild.builder import BuiltImages, build_into
 
 # No image may hold a way to run arbitrary commands or install more: a shell, a package manager,
 # a compiler.

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from contrast.atls.issuers import TeeKind
+from contrast.errors import ContrastError
+from contrast.imagebuild.cli import main as build_images
 from contrast.local.demo import run_demo
 
 
@@ -31,10 +33,34 @@ def register(commands: Any) -> None:
         default=TeeKind.EMULATED_SNP,
         help="which TEE to emulate (default: emulated-snp)",
     )
+    parser.add_argument(
+        "--containers", action="store_true",
+        help="run the Coordinator, Initializers and proxies as containers of the release images"
+        " (needs root, containerd, runc, skopeo and docker-registry)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--images", type=Path, metavar="DIR",
+        help="with --containers: the OCI layout contrast-build-images wrote (default: build one"
+        " into the work directory)",
+    )  # fmt: skip
     parser.set_defaults(run=run)
 
 
 def run(arguments: argparse.Namespace) -> int:
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="contrast-demo-"))
-    run_demo(workdir, tee=arguments.tee)
+    images = None
+    if arguments.containers:
+        images = arguments.images or _build_images(workdir / "images")
+    elif arguments.images is not None:
+        raise ContrastError("--images is for --containers", hint="add --containers")
+    run_demo(workdir, tee=arguments.tee, images=images)
     return 0
+
+
+def _build_images(layout: Path) -> Path:
+    """The release images of this source tree, built once into the work directory."""
+    if not (layout / "index.json").exists():
+        print(f"building the release images into {layout} (a few minutes, once)")
+        if build_images(["--output", str(layout)]) != 0:
+            raise ContrastError("the release images could not be built (see above)")
+    return layout

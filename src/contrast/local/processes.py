@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from contrast.errors import ContrastError
 
@@ -26,15 +27,25 @@ def free_port() -> int:
         return port
 
 
+class Running(Protocol):
+    """A started component, local process or container: watched, stopped, killed."""
+
+    name: str
+    log: Path
+
+    def exit_code(self) -> int | None: ...
+    def kill(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 def wait_for_port(
-    port: int, *, timeout: float, process: Process | None = None, host: str = "127.0.0.1"
+    port: int, *, timeout: float, process: Running | None = None, host: str = "127.0.0.1"
 ) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if process is not None and process.popen.poll() is not None:
+        if process is not None and (code := process.exit_code()) is not None:
             raise ProcessError(
-                f"{process.name} exited with {process.popen.returncode} before listening on"
-                f" port {port}",
+                f"{process.name} exited with {code} before listening on port {port}",
                 hint=f"see {process.log}",
             )
         with socket.socket() as probe:
@@ -50,6 +61,9 @@ class Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+
+    def exit_code(self) -> int | None:
+        return self.popen.poll()
 
     def kill(self) -> None:
         """SIGKILL: no chance to clean up, as a crashed node would be."""

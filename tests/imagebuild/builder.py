@@ -1,4 +1,4 @@
-"""The release images, built once per test session (about two minutes; wheels are cached).
+"""The release images, built for the tests: once per session (`built_images`, about two minutes).
 
 The build runs for real: `mmdebstrap` against deb.debian.org (as root, or in a user namespace),
 pip against PyPI, from this checkout. If it cannot run, the tests that need it fail: CI installs
@@ -10,8 +10,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 from contrast.imagebuild.build import Release, build
 from contrast.imagebuild.cli import DEFAULT_EPOCH
@@ -34,8 +32,3 @@ def build_into(directory: Path) -> BuiltImages:
     lock = Lock.from_file(REPOSITORY / "images/lock.json")
     release = build(REPOSITORY, directory, lock=lock, cache=WHEEL_CACHE, epoch=DEFAULT_EPOCH)
     return BuiltImages(directory, release)
-
-
-@pytest.fixture(scope="session")
-def built_images(tmp_path_factory: pytest.TempPathFactory) -> BuiltImages:
-    return build_into(tmp_path_factory.mktemp("images") / "layout")
