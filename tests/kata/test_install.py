@@ -23,7 +23,10 @@ import pytest
 
 from contrast.cli.main import main
 from contrast.kata.build import BuiltRuntime
+from contrast.kuberesource.releaseimages import tagged
+from contrast.local.containers import Containerd, Registry
 from contrast.nodeinstaller.runtime import load_payload
+from tests.imagebuild.builder import BuiltImages
 from tests.images.conftest import stop
 from tests.kata import synthetic
 from tests.kata.conftest import build
@@ -229,3 +232,44 @@ def test_a_payload_with_a_changed_file_installs_nothing(
     assert main([*argv, "--no-restart"]) == 1
     assert "has no readable runtime.json" in capsys.readouterr().err
     assert snapshot(host) == before
+
+
+def test_the_node_installer_image_installs_a_built_runtime_that_containerd_lists(
+    built: BuiltRuntime, built_images: BuiltImages, tmp_path: Path, short_dir: Path
+) -> None:
+    """The node-installer image, run by containerd with runc, installs into a bind-mounted root."""
+    host = tmp_path / "host"
+    config = host / "etc/containerd/config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(host_config(short_dir))
+    registry = Registry(tmp_path / "registry")
+    runner = Containerd(tmp_path / "containerd")
+    registry.start()
+    runner.start()
+    try:
+        pushed = registry.push(built_images.layout, tagged("node-installer"), "node-installer")
+        image = f"{pushed.rpartition(':')[0]}@{built_images.digest('node-installer')}"
+        runner.pull(image)
+        result = runner.run_to_completion(
+            "node-installer",
+            image,
+            ["contrast", "node-installer", "--host-root", str(host), "--payload",
+             str(built.payload), "--no-restart"],
+            mounts=[host, built.payload],
+            timeout=120,
+        )  # fmt: skip
+    finally:
+        runner.stop()
+        registry.stop()
+    assert result.returncode == 0, result.stderr
+    assert f"runtime {built.handler} in /opt/edgeless/{built.handler}" in result.stdout
+    prefix = f"/opt/edgeless/{built.handler}"
+    shim = host / prefix.lstrip("/") / "bin/containerd-shim-contrast-cc-v2"
+    assert shim.read_bytes() == synthetic.files()["bin/containerd-shim-kata-v2"]
+    socket = short_dir / "containerd.sock"
+    process = running_containerd(config, socket, tmp_path / "containerd.log")
+    try:
+        listed = cri_config(socket)["containerd"]["runtimes"]
+    finally:
+        stop(process)
+    assert listed[built.handler]["runtimePath"] == f"{prefix}/bin/containerd-shim-contrast-cc-v2"
