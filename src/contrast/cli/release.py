@@ -20,7 +20,7 @@ from contrast.attestation.tdx.eventlog import read_event_log
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
 from contrast.kata.build import BuildRequest, build_runtime
-from contrast.kuberesource import release, yamlio
+from contrast.kuberesource import release, releaseimages, yamlio
 from contrast.manifest import defaults
 from contrast.platforms import PLATFORMS, Tee, by_name
 
@@ -247,6 +247,7 @@ def run_runtime(arguments: argparse.Namespace) -> int:
     documents = release.runtime_resources(platform, node_selector=selector)
     replacements.replace_all(documents)
     print_documents(documents)
+    _note_source_build()
     return 0
 
 
@@ -255,4 +256,11 @@ def run_coordinator_resources(arguments: argparse.Namespace) -> int:
     documents = release.coordinator_resources(by_name(arguments.platform))
     replacements.replace_all(documents)
     print_documents(documents)
+    _note_source_build()
     return 0
+
+
+def _note_source_build() -> None:
+    """On stderr, so that the YAML on stdout stays what `kubectl apply -f -` reads."""
+    if not releaseimages.pinned():
+        print(releaseimages.SOURCE_BUILD_NOTE, file=sys.stderr)
