@@ -111,7 +111,8 @@ def test_the_recorded_facts_are_the_built_images_facts(built_images: BuiltImages
 def test_configs_say_what_runs(built_images: BuiltImages) -> None:
     for spec in IMAGES:
         config = _json(built_images.layout, _manifest(built_images, spec.name)["config"]["digest"])
-        assert config["config"]["Entrypoint"] == list(spec.entrypoint)
+        assert config["config"]["Entrypoint"] == ["/usr/local/bin/contrast"]
+        assert config["config"]["Cmd"] == list(spec.cmd)
         assert config["config"]["User"] == "0:0"
         assert config["created"] == "2023-11-14T22:13:20Z"
         assert len(config["rootfs"]["diff_ids"]) == len(

@@ -33,7 +33,7 @@ def test_the_source_tree_records_every_image_without_digests() -> None:
     for image in release_images().values():
         assert image.digest is None
         assert image.config.entrypoint is not None
-        assert image.config.entrypoint[0] == "/usr/local/bin/contrast"
+        assert image.config.entrypoint == ("/usr/local/bin/contrast",)
         assert image.config.user == "0:0"
 
 

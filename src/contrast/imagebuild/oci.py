@@ -64,6 +64,7 @@ class LayoutWriter:
                 "User": spec.user,
                 "Env": list(spec.env),
                 "Entrypoint": list(spec.entrypoint),
+                "Cmd": list(spec.cmd),
                 "WorkingDir": spec.working_dir,
                 "Labels": {"org.opencontainers.image.title": spec.name},
             },

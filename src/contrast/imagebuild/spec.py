@@ -59,7 +59,7 @@ class ImageSpec:
     name: str
     debian_set: str
     python_set: str
-    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
     working_dir: str = "/"
     user: str = "0:0"
 
@@ -67,10 +67,19 @@ class ImageSpec:
     def env(self) -> tuple[str, ...]:
         return (PATH,)
 
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        """`contrast` for every image; the subcommand is the Cmd, which a pod's `args` replace.
+
+        Kubernetes runs Entrypoint + args when a container has `args` but no `command` (the
+        Coordinator's StatefulSet), so the subcommand must not be part of the Entrypoint.
+        """
+        return (PROGRAM,)
+
 
 IMAGES = (
-    ImageSpec("coordinator", "python", "coordinator", (PROGRAM, "coordinator")),
-    ImageSpec("initializer", "python", "initializer", (PROGRAM, "initializer")),
-    ImageSpec("service-mesh-proxy", "iptables", "service-mesh-proxy", (PROGRAM, "servicemesh")),
-    ImageSpec("node-installer", "python", "node-installer", (PROGRAM, "node-installer")),
+    ImageSpec("coordinator", "python", "coordinator", ("coordinator",)),
+    ImageSpec("initializer", "python", "initializer", ("initializer",)),
+    ImageSpec("service-mesh-proxy", "iptables", "service-mesh-proxy", ("servicemesh", "run")),
+    ImageSpec("node-installer", "python", "node-installer", ("node-installer",)),
 )

@@ -208,8 +208,10 @@ class Containerd:
         self.ctr("images", "pull", "--plain-http", reference, what=f"pulling {reference}")
 
     @staticmethod
-    def _options(env: Mapping[str, str] | None, mounts: Sequence[Path]) -> list[str]:
-        options = ["--net-host"]
+    def _options(
+        env: Mapping[str, str] | None, mounts: Sequence[Path], capabilities: Sequence[str] = ()
+    ) -> list[str]:
+        options = ["--net-host", *(f"--cap-add=CAP_{name}" for name in capabilities)]
         for key, value in (env or {}).items():
             options.append(f"--env={key}={value}")
         for mount in mounts:
@@ -258,6 +260,23 @@ class Containerd:
             raise ContainerError(f"container {name} ran longer than {timeout:.0f} s") from None
         self.specs[name] = self.spec(name)
         return result
+
+    def create(
+        self,
+        name: str,
+        image: str,
+        arguments: Sequence[str],
+        *,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[Path] = (),
+        capabilities: Sequence[str] = (),
+    ) -> dict[str, Any]:
+        """Create a container without starting it; the spec containerd made for runc."""
+        self.remove(name)
+        options = self._options(env, mounts, capabilities)
+        self.ctr("containers", "create", *options, image, name, *arguments, what=f"creating {name}")
+        self.specs[name] = self.spec(name)
+        return self.specs[name]
 
     def spec(self, name: str) -> dict[str, Any]:
         """The OCI runtime spec containerd made for `name`: what the shim hands runc."""
