@@ -2,8 +2,8 @@
 
 Each script runs as its own process (what it measures must not share a warm interpreter with
 the others) and prints its figures next to its baseline and goal. `--quick` skips generate at
-1000 workloads, the Envoy mesh and the NewMeshCert load, the three that take longest. Nothing
-here runs in the tests.
+1000 workloads, the Envoy mesh, the NewMeshCert load and the image build, which take
+longest. Nothing here runs in the tests.
 """
 
 from __future__ import annotations
@@ -27,8 +27,14 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_meshcert.py", [], "Coordinator NewMeshCert, 64 client processes"),
     ("bench_rpc_status.py", [], "the Coordinator's error mapping on a round trip"),
     ("bench_mesh.py", [], "a request through two Envoy sidecars"),
+    ("bench_release_images.py", [], "release image build, sizes, Coordinator container start"),
 ]
-SLOW = {("bench_generate.py", "1000"), ("bench_mesh.py", ""), ("bench_meshcert.py", "")}
+SLOW = {
+    ("bench_generate.py", "1000"),
+    ("bench_mesh.py", ""),
+    ("bench_meshcert.py", ""),
+    ("bench_release_images.py", ""),
+}
 
 
 def main(argv: list[str]) -> int:
