@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import subprocess
 import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -118,3 +119,33 @@ def test_configs_say_what_runs(built_images: BuiltImages) -> None:
         assert len(config["rootfs"]["diff_ids"]) == len(
             _manifest(built_images, spec.name)["layers"]
         )
+
+
+def test_a_release_record_names_each_image_by_the_digest_the_build_made(
+    built_images: BuiltImages,
+) -> None:
+    record = read_back(built_images.layout, with_digests=True)
+    for spec in IMAGES:
+        image = record[spec.name]
+        assert image.digest == built_images.digest(spec.name)
+        assert image.reference == f"{tagged(spec.name)}@{image.digest}"
+
+
+def test_umoci_unpacks_the_layout_into_a_runtime_bundle(
+    built_images: BuiltImages, tmp_path: Path
+) -> None:
+    """A second, independent reader of the layout: umoci (Debian) makes a runc bundle of it."""
+    bundle = tmp_path / "bundle"
+    subprocess.run(
+        ["umoci", "unpack", "--image", f"{built_images.layout}:{tagged('coordinator')}",
+         str(bundle)],
+        check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    config = json.loads((bundle / "config.json").read_bytes())
+    assert config["process"]["args"] == ["/usr/local/bin/contrast", "coordinator"]
+    assert config["process"]["cwd"] == "/"
+    assert (config["process"]["user"]["uid"], config["process"]["user"]["gid"]) == (0, 0)
+    assert (
+        (bundle / "rootfs/usr/local/bin/contrast").read_bytes().startswith(b"#!/usr/bin/python3.11")
+    )
+    assert not (bundle / "rootfs/bin/sh").exists()
