@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from contrast.cli.main import main
 from contrast.imagebuild.facts import read_back
 from contrast.imagebuild.spec import IMAGES
 from contrast.kuberesource.releaseimages import release_images, tagged
@@ -149,3 +150,31 @@ def test_umoci_unpacks_the_layout_into_a_runtime_bundle(
         (bundle / "rootfs/usr/local/bin/contrast").read_bytes().startswith(b"#!/usr/bin/python3.11")
     )
     assert not (bundle / "rootfs/bin/sh").exists()
+
+
+def test_generate_on_the_built_layout_gives_the_policies_of_the_record(
+    built_images: BuiltImages, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With --oci-layout, generate reads the release images themselves: same policies."""
+    assert main(["coordinator-resources", "--platform", "emulated-snp"]) == 0
+    coordinator = capsys.readouterr().out
+    hashes = []
+    for name, extra in (("record", []), ("layout", ["--oci-layout", str(built_images.layout)])):
+        workspace = tmp_path / name
+        (workspace / "resources").mkdir(parents=True)
+        (workspace / "resources/coordinator.yaml").write_text(coordinator)
+        arguments = ["generate", "--workspace-dir", str(workspace), "--reference-values",
+                     "emulated-snp", "--emulated-tee", str(tmp_path / "tee"), *extra,
+                     str(workspace / "resources")]  # fmt: skip
+        assert main(arguments) == 0, capsys.readouterr().err
+        manifest = json.loads((workspace / "manifest.json").read_bytes())
+        hashes.append(manifest["Policies"])
+    capsys.readouterr()
+    assert hashes[0] == hashes[1]
+    assert hashes[0]
+    # The second run really read the images: their layers are in its layer cache, not the first's.
+    config = _json(built_images.layout, _manifest(built_images, "coordinator")["config"]["digest"])
+    layers = config["rootfs"]["diff_ids"]
+    assert any(layer in (tmp_path / "layout/layers-cache.json").read_text() for layer in layers)
+    cache = tmp_path / "record/layers-cache.json"
+    assert not cache.exists() or not any(layer in cache.read_text() for layer in layers)

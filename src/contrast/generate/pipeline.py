@@ -26,7 +26,9 @@ from contrast.generate.errors import GenerateError
 from contrast.generate.keys import ensure_owner_keys
 from contrast.generate.manifest import WorkloadIdentity
 from contrast.generate.references import ReferenceValueProvider
+from contrast.images.layout import OciLayout
 from contrast.images.model import ImageFacts
+from contrast.images.reference import ImageReference
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
 from contrast.kuberesource.imagereplace import ImageReplacements
@@ -205,6 +207,13 @@ def _identity(workload: Workload, policy_hash: str) -> WorkloadIdentity:
     )
 
 
+def _in_layouts(image: str, layouts: Sequence[Path]) -> bool:
+    if not layouts:
+        return False
+    reference = ImageReference.from_string(image)
+    return any(OciLayout(layout).find(reference) is not None for layout in layouts)
+
+
 def _release_facts(replacements: ImageReplacements) -> dict[str, ImageFacts]:
     """The release images' facts, also under the names `--image-replacements` gives them.
 
@@ -326,8 +335,10 @@ def generate(
         progress=options.progress,
     )
     known = _release_facts(options.image_replacements)
-    images: dict[str, ImageFacts] = {image: known[image] for image in wanted if image in known}
-    images.update(resolver.resolve([image for image in wanted if image not in known]))
+    # A release image in a given OCI layout is read from there, the recorded facts otherwise.
+    recorded = [i for i in wanted if i in known and not _in_layouts(i, options.oci_layouts)]
+    images: dict[str, ImageFacts] = {image: known[image] for image in recorded}
+    images.update(resolver.resolve([image for image in wanted if image not in images]))
 
     config_resources = [yamlio.to_plain(document) for document, _ in config_documents]
     identities = []
