@@ -20,7 +20,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,14 +69,29 @@ def _run(command: Sequence[str], what: str, *, timeout: float = 120) -> str:
     return result.stdout
 
 
-def _wait_until(ready: Any, what: str, process: subprocess.Popen[bytes], log: Path) -> None:
+def _daemon(command: list[str], log: Path, ready: Callable[[], bool]) -> subprocess.Popen[bytes]:
+    """Start a daemon with its output in `log`; return once `ready()` holds."""
+    with log.open("wb") as output:
+        process = subprocess.Popen(  # noqa: S603
+            command, stdout=output, stderr=subprocess.STDOUT
+        )
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while not ready():
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
             tail = log.read_text(errors="replace")[-500:]
-            raise ContainerError(f"{what} did not start: {tail}")
+            raise ContainerError(f"{command[0]} did not start: {tail}")
         time.sleep(0.05)
+    return process
+
+
+def _terminate(process: subprocess.Popen[bytes] | None) -> None:
+    if process is not None and process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 @dataclass
@@ -97,14 +112,11 @@ class Registry:
             f"storage:\n  filesystem:\n    rootdirectory: {self.directory / 'data'}\n"
             f"http:\n  addr: {self.host}\n"
         )
-        log = self.directory / "registry.log"
-        with log.open("wb") as output:
-            self.process = subprocess.Popen(  # noqa: S603
-                ["docker-registry", "serve", str(config)],  # noqa: S607
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_until(lambda: _listening(port), "docker-registry", self.process, log)
+        self.process = _daemon(
+            ["docker-registry", "serve", str(config)],
+            self.directory / "registry.log",
+            lambda: _listening(port),
+        )
 
     def push(self, layout: Path, reference: str, name: str) -> str:
         """Copy `reference` from the OCI layout to this registry; the pullable name by tag."""
@@ -118,9 +130,7 @@ class Registry:
         return target
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=10)
+        _terminate(self.process)
 
 
 def _listening(port: int) -> bool:
@@ -188,14 +198,11 @@ class Containerd:
             'disabled_plugins = ["io.containerd.grpc.v1.cri"]\n'
             f'[grpc]\n  address = "{self.socket}"\n'
         )
-        log = self.directory / "containerd.log"
-        with log.open("wb") as output:
-            self.process = subprocess.Popen(  # noqa: S603
-                ["containerd", "--config", str(config)],  # noqa: S607
-                stdout=output,
-                stderr=subprocess.STDOUT,
-            )
-        _wait_until(self.socket.exists, "containerd", self.process, log)
+        self.process = _daemon(
+            ["containerd", "--config", str(config)],
+            self.directory / "containerd.log",
+            self.socket.exists,
+        )
 
     def ctr(self, *arguments: str, what: str, timeout: float = 120) -> str:
         return _run(
@@ -313,10 +320,5 @@ class Containerd:
                 self.ctr(*command, what=f"removing {name}")
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        _terminate(self.process)
         shutil.rmtree(self.sockets, ignore_errors=True)
