@@ -5,9 +5,11 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+from pathlib import Path
 
 import pytest
 
+from contrast.imagebuild.build import build
 from contrast.imagebuild.debian import excluded
 from contrast.imagebuild.layer import Entry, write_layer
 from contrast.imagebuild.lock import BuildError, Lock, Wheel
@@ -65,3 +67,11 @@ def test_the_lock_round_trips_and_bad_locks_say_how_to_fix_them() -> None:
     assert "--relock" in error.value.explain()
     with pytest.raises(BuildError, match="format"):
         Lock.from_bytes(b'{"format": 2, "debian": {}, "python": {}}')
+
+
+def test_a_build_outside_a_checkout_says_where_the_source_must_come_from(tmp_path: Path) -> None:
+    lock = Lock(debian={}, python={})
+    with pytest.raises(BuildError, match="not a checkout") as error:
+        build(tmp_path, tmp_path / "out", lock=lock, cache=tmp_path / "cache", epoch=1)
+    assert "--source" in error.value.explain()
+    assert not (tmp_path / "out").exists()

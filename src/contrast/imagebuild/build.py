@@ -57,6 +57,11 @@ class Release:
 
 def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) -> Release:
     """Build every image from `source` (this repository) into the layout at `output`."""
+    if not (source / "pyproject.toml").is_file() or not (source / "src/contrast").is_dir():
+        raise BuildError(
+            f"{source} is not a checkout of this project",
+            hint="the images are built from source: pass --source DIR",
+        )
     if output.exists() and any(output.iterdir()) and not (output / "oci-layout").exists():
         raise BuildError(f"{output} is neither empty nor an OCI layout; refusing to write into it")
     cache.mkdir(parents=True, exist_ok=True)
