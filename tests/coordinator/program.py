@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,16 @@ from tests.conftest import REPO
 _PORTS = re.compile(r"user API (\d+), mesh API (\d+), HTTP (\d+)")
 
 
-def command(state_dir: Path, tee_dir: Path, policy_hash: bytes) -> list[str]:
-    """`contrast coordinator` on loopback with ephemeral ports and the emulated SNP TEE."""
+def command(
+    state_dir: Path, tee_dir: Path, policy_hash: bytes, extra: Sequence[str] = ()
+) -> list[str]:
+    """`contrast coordinator` on loopback with the emulated SNP TEE; ephemeral ports unless
+    `extra` names them."""
     return [
         sys.executable, "-m", "contrast", "coordinator", "--tee", "emulated-snp",
         "--tee-state", str(tee_dir), "--policy-hash", policy_hash.hex(),
         "--state-dir", str(state_dir), "--listen", "127.0.0.1", "--user-api-port", "0",
-        "--mesh-api-port", "0", "--http-port", "0",
+        "--mesh-api-port", "0", "--http-port", "0", *extra,
     ]  # fmt: skip
 
 
@@ -44,9 +48,11 @@ class CoordinatorProcess:
     _reader: threading.Thread | None = None
 
     @classmethod
-    def start(cls, state_dir: Path, tee_dir: Path, policy_hash: bytes) -> CoordinatorProcess:
+    def start(
+        cls, state_dir: Path, tee_dir: Path, policy_hash: bytes, extra: Sequence[str] = ()
+    ) -> CoordinatorProcess:
         process = subprocess.Popen(
-            command(state_dir, tee_dir, policy_hash), cwd=REPO, stderr=subprocess.PIPE
+            command(state_dir, tee_dir, policy_hash, extra), cwd=REPO, stderr=subprocess.PIPE
         )
         assert process.stderr is not None
         first = process.stderr.readline()

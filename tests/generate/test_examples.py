@@ -94,7 +94,7 @@ def test_multi_runtime(workspace: GenerateWorkspace, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "MinimumTCB" in out
     assert "MrSeam" in out
-    assert validate_all(workspace) == 9
+    assert validate_all(workspace) == 13  # 6 of them the Coordinator's
     assert_second_run_changes_nothing(workspace, *arguments)
 
 
@@ -119,7 +119,7 @@ def test_sidecar_tls(workspace: GenerateWorkspace) -> None:
     assert backend_init == ["contrast-initializer", "contrast-service-mesh"]
     manifest = workspace.manifest()
     assert [e["Platform"] for e in manifest["ReferenceValues"]["snp"]] == ["Emulated-SNP"]
-    assert validate_all(workspace) == 5
+    assert validate_all(workspace) == 9
     assert_second_run_changes_nothing(workspace, "--reference-values", "emulated-snp")
 
 
@@ -136,7 +136,7 @@ def test_gpu(workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]) -
         "Metal-QEMU-SNP",
         "Metal-QEMU-SNP-GPU",
     }
-    assert validate_all(workspace) == 4
+    assert validate_all(workspace) == 8
 
 
 def test_gpu_pod_missing_its_settings_is_warned_about(
@@ -180,5 +180,5 @@ def test_kustomize_build(workspace: GenerateWorkspace, capsys: pytest.CaptureFix
     assert "digest" in warnings
     manifest = workspace.manifest()
     assert [e["Platform"] for e in manifest["ReferenceValues"]["tdx"]] == ["Emulated-TDX"]
-    assert validate_all(workspace) == 7
+    assert validate_all(workspace) == 11
     assert_second_run_changes_nothing(workspace, "--reference-values", "emulated-tdx")

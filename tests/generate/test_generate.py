@@ -104,7 +104,11 @@ def test_stdin_to_stdout(
     assert [d["kind"] for d in documents] == [
         "Deployment",
         "Deployment",
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
         "StatefulSet",
+        "Service",
         "Service",
         "Service",
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -13,6 +14,8 @@ from tests.kube.fakeapi import running
 
 BACKENDS = ["files", "configmaps"]
 StoreFactory = Callable[[], Store]
+# A file to which each ConfigMap store appends the API verbs the fake server saw it call.
+VERBS_RECORD = "CONTRAST_TEST_VERBS_RECORD"
 
 
 @pytest.fixture(params=BACKENDS)
@@ -23,3 +26,7 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreF
         return
     with running() as server:
         yield lambda: ConfigMapStore(core_api(host=server.host), "contrast")
+    record = os.environ.get(VERBS_RECORD)
+    if record:  # tests/release/test_coordinator_rbac.py: which verbs the suite needed
+        with open(record, "a") as output:
+            output.writelines(f"{verb}\n" for verb in sorted(server.verbs))

@@ -29,6 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -213,6 +214,23 @@ def _handler(state: FakeApiServer) -> type[BaseHTTPRequestHandler]:
                 self._send(200, _status(200, "", "deleted") | {"status": "Success"})
 
     return Handler
+
+
+def write_kubeconfig(path: Path, host: str) -> Path:
+    """A kubeconfig that points the official client at `host` (plain HTTP, no credentials)."""
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": host}}],
+                "users": [{"name": "nobody", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "nobody"}}],
+                "current-context": "fake",
+            }
+        )
+    )
+    return path
 
 
 @contextmanager

@@ -21,8 +21,8 @@ from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.errors import ContrastError
+from contrast.history.backends import HistoryBackend, open_store
 from contrast.history.history import History
-from contrast.history.store import FileSystemStore
 from contrast.initializer.client import obtain_mesh_certificate
 from contrast.manifest.verifier import workload_verifier
 
@@ -35,10 +35,27 @@ def register(commands: Any) -> None:
     )
     _tee_arguments(coordinator)
     coordinator.add_argument(
+        "--history",
+        type=HistoryBackend,
+        choices=list(HistoryBackend),
+        default=os.environ.get("CONTRAST_HISTORY", HistoryBackend.FILES.value),
+        help="where the manifest history is kept: files in --state-dir, or ConfigMaps shared by"
+        " all replicas (env CONTRAST_HISTORY; default: files)",
+    )
+    coordinator.add_argument(
         "--state-dir",
         type=Path,
         default=Path(os.environ.get("CONTRAST_STATE_DIR", "/mnt/state")),
-        help="where the manifest history is kept (a persistent volume in Kubernetes)",
+        help="files: where the manifest history is kept (a persistent volume in Kubernetes)",
+    )
+    coordinator.add_argument(
+        "--namespace",
+        help="configmaps: the namespace of the history (default: the Pod's own)",
+    )
+    coordinator.add_argument(
+        "--kubeconfig",
+        type=Path,
+        help="configmaps: reach the Kubernetes API with this kubeconfig (default: in-cluster)",
     )
     coordinator.add_argument("--listen", default="0.0.0.0", help="address to listen on")  # noqa: S104
     coordinator.add_argument("--user-api-port", type=int, default=1313)
@@ -125,9 +142,13 @@ def run_coordinator(arguments: argparse.Namespace) -> int:
 
 def _serve_coordinator(arguments: argparse.Namespace) -> int:
     issuer = _issuer(arguments)
-    coordinator = Coordinator(
-        History(FileSystemStore(arguments.state_dir)), verifier_for=workload_verifier
+    store = open_store(
+        arguments.history,
+        state_dir=arguments.state_dir,
+        namespace=arguments.namespace,
+        kubeconfig=arguments.kubeconfig,
     )
+    coordinator = Coordinator(History(store), verifier_for=workload_verifier)
     server = CoordinatorServer(
         coordinator,
         issuer,

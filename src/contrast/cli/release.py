@@ -19,6 +19,7 @@ from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
+from contrast.history.backends import HistoryBackend
 from contrast.kata.build import BuildRequest, build_runtime
 from contrast.kuberesource import release, releaseimages, yamlio
 from contrast.manifest import defaults
@@ -47,6 +48,20 @@ def register(commands: Any) -> None:
     )
     coordinator.add_argument("--platform", required=True, choices=names, type=str.lower)
     add_image_replacements(coordinator)
+    coordinator.add_argument(
+        "--history", type=HistoryBackend, choices=list(HistoryBackend),
+        default=HistoryBackend.CONFIGMAPS,
+        help="where the Coordinators keep the manifest history: ConfigMaps (several replicas,"
+        " with their ServiceAccount, Role and RoleBinding) or files on a volume (one replica);"
+        " default: configmaps",
+    )  # fmt: skip
+    coordinator.add_argument(
+        "--replicas", type=int, metavar="N",
+        help="Coordinator replicas (default: 3 with configmaps, 1 with files)",
+    )  # fmt: skip
+    coordinator.add_argument(
+        "--namespace", help="put every resource in this namespace (default: kubectl's)"
+    )
     coordinator.set_defaults(run=run_coordinator_resources)
 
 
@@ -253,7 +268,12 @@ def run_runtime(arguments: argparse.Namespace) -> int:
 
 def run_coordinator_resources(arguments: argparse.Namespace) -> int:
     replacements = image_replacements(arguments)
-    documents = release.coordinator_resources(by_name(arguments.platform))
+    documents = release.coordinator_resources(
+        by_name(arguments.platform),
+        history=arguments.history,
+        replicas=arguments.replicas,
+        namespace=arguments.namespace,
+    )
     replacements.replace_all(documents)
     print_documents(documents)
     _note_source_build()

@@ -3,9 +3,11 @@
 Shapes follow the original's `internal/kuberesource/parts.go` (research/contrast.md §2.2): the
 RuntimeClass carries the VM's memory as `overhead.podFixed` so the scheduler accounts for it; the
 node installer is a privileged init container with the host root mounted, followed by `pause`;
-the Coordinator is a one-replica StatefulSet whose state lives on a persistent volume, reachable
-through `coordinator` (all ports, also when not ready, so the first `set` gets through) and
-`coordinator-ready` (ready pods only, for Initializers).
+the Coordinator is a StatefulSet reachable through `coordinator` (all ports, also when not ready,
+so the first `set` gets through) and `coordinator-ready` (ready pods only, for Initializers).
+Its history is in ConfigMaps (several replicas, each with the least-privilege Role the store
+needs, finding ready peers through the headless `coordinator-peers`), or on a persistent volume
+(one replica).
 """
 
 from __future__ import annotations
@@ -14,6 +16,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contrast.errors import ContrastError
+from contrast.history.backends import HistoryBackend
+from contrast.history.configmaps import VERBS
 from contrast.kuberesource.releaseimages import reference
 from contrast.platforms import Platform
 
@@ -28,6 +33,9 @@ MESH_API_PORT = 7777
 HTTP_PORT = 9102
 STATE_DIR = "/mnt/state"
 ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
+COORDINATOR_LABELS = {"app.kubernetes.io/name": "coordinator"}
+# The headless Service whose DNS name lists the ready replicas, for peer recovery.
+PEER_SERVICE = "coordinator-peers"
 INSTALLER_COMMAND = ("contrast", "node-installer", "--host-root", "/host")
 TARGET_CONFIG_MAP = "contrast-node-installer-target-config"
 TARGET_CONFIG_DIR = "/config/target-config"
@@ -35,6 +43,10 @@ TARGET_CONFIG_DIR = "/config/target-config"
 # unless it comes in an image; the installer reads it through its host-root mount.
 PAYLOAD_HOST_DIRECTORY = "/var/lib/contrast/payloads"
 PAYLOAD_IMAGE_DIRECTORY = "/usr/share/contrast/runtimes"
+
+
+class ReleaseError(ContrastError):
+    """Options that make no working set of release resources."""
 
 
 @dataclass(frozen=True)
@@ -181,7 +193,7 @@ def _ports() -> list[dict[str, Any]]:
 
 def _service(name: str, *, load_balancer: bool, publish_not_ready: bool) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "selector": {"app.kubernetes.io/name": "coordinator"},
+        "selector": dict(COORDINATOR_LABELS),
         "ports": [
             {"name": port["name"], "port": port["containerPort"], "targetPort": port["name"]}
             for port in _ports()
@@ -194,10 +206,70 @@ def _service(name: str, *, load_balancer: bool, publish_not_ready: bool) -> dict
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec}
 
 
+def _peer_service() -> dict[str, Any]:
+    """Headless, ready pods only: its DNS name resolves to the replicas that can hand the seed."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": PEER_SERVICE},
+        "spec": {
+            "clusterIP": "None",
+            "selector": dict(COORDINATOR_LABELS),
+            "ports": [{"name": "meshapi", "port": MESH_API_PORT, "targetPort": "meshapi"}],
+        },
+    }
+
+
+def _access() -> list[dict[str, Any]]:
+    """The ServiceAccount, and a Role with only what the ConfigMap history calls, bound to it.
+
+    Namespaced (a Role, not a ClusterRole), configmaps only, and only the verbs of
+    `ConfigMapStore.VERBS`: no delete, no watch, no pods (peers are found through DNS, not the
+    API). Names cannot narrow it further: the history's entries are named by their hashes.
+    """
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "coordinator"}}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": {"name": "coordinator"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": list(VERBS)}],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": {"name": "coordinator"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "coordinator"},
+        # Without a namespace, the subject is the ServiceAccount of the binding's namespace.
+        "subjects": [{"kind": "ServiceAccount", "name": "coordinator"}],
+    }
+    return [account, role, binding]
+
+
+def default_replicas(history: HistoryBackend) -> int:
+    return 3 if history is HistoryBackend.CONFIGMAPS else 1
+
+
 def coordinator_resources(
-    platform: Platform, *, image: str = COORDINATOR_IMAGE
+    platform: Platform,
+    *,
+    image: str = COORDINATOR_IMAGE,
+    history: HistoryBackend = HistoryBackend.CONFIGMAPS,
+    replicas: int | None = None,
+    namespace: str | None = None,
 ) -> list[dict[str, Any]]:
-    labels = {"app.kubernetes.io/name": "coordinator"}
+    """The Coordinator: replicas on ConfigMaps (with their RBAC and peer Service), or one on a PVC.
+
+    With `namespace`, every resource names it (and the RoleBinding's subject); without, they go
+    where `kubectl apply -n` puts them.
+    """
+    count = default_replicas(history) if replicas is None else replicas
+    if count < 1:
+        raise ReleaseError(f"--replicas {count}: a Coordinator needs at least one replica")
+    if count > 1 and history is HistoryBackend.FILES:
+        raise ReleaseError(
+            f"--replicas {count} needs --history configmaps: replicas cannot share a"
+            " ReadWriteOnce file-system volume"
+        )
 
     def probe(path: str, period: int, threshold: int) -> dict[str, Any]:
         return {
@@ -206,51 +278,81 @@ def coordinator_resources(
             "failureThreshold": threshold,
         }
 
+    container: dict[str, Any] = {
+        "name": "coordinator",
+        "image": image,
+        "args": ["coordinator", "--history", str(history)],
+        "env": [{"name": "CONTRAST_TEE", "value": "hardware"}],
+        "ports": _ports(),
+        "resources": {"limits": {"memory": "200Mi"}, "requests": {"memory": "200Mi"}},
+        "startupProbe": probe("/probe/startup", 1, 60),
+        "livenessProbe": probe("/probe/liveness", 10, 3),
+        "readinessProbe": probe("/probe/readiness", 5, 3),
+    }
+    pod_spec: dict[str, Any] = {"runtimeClassName": platform.runtime_class_name}
+    spec: dict[str, Any] = {
+        "replicas": count,
+        "serviceName": "coordinator",
+        "selector": {"matchLabels": dict(COORDINATOR_LABELS)},
+        "template": {
+            "metadata": {
+                "labels": dict(COORDINATOR_LABELS),
+                "annotations": {ROLE_ANNOTATION: "coordinator"},
+            },
+            "spec": pod_spec,
+        },
+    }
+    resources: list[dict[str, Any]] = []
+    if history is HistoryBackend.FILES:
+        container["args"] += ["--state-dir", STATE_DIR]
+        container["volumeMounts"] = [{"name": "state", "mountPath": STATE_DIR}]
+        spec["volumeClaimTemplates"] = [
+            {
+                "metadata": {"name": "state"},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+        ]
+        spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
+    else:
+        # The namespace comes from the service account mount, the API from in-cluster config.
+        pod_spec["serviceAccountName"] = "coordinator"
+        spec["serviceName"] = PEER_SERVICE
+        # A restarted replica must not wait for the others' order: it recovers from any of them.
+        spec["podManagementPolicy"] = "Parallel"
+        pod_spec["affinity"] = {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "labelSelector": {"matchLabels": dict(COORDINATOR_LABELS)},
+                            "topologyKey": "kubernetes.io/hostname",
+                        },
+                    }
+                ]
+            }
+        }
+        resources += _access()
+    pod_spec["containers"] = [container]
     statefulset = {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": {"name": "coordinator", "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "serviceName": "coordinator",
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {ROLE_ANNOTATION: "coordinator"}},
-                "spec": {
-                    "runtimeClassName": platform.runtime_class_name,
-                    "containers": [
-                        {
-                            "name": "coordinator",
-                            "image": image,
-                            "args": ["coordinator", "--state-dir", STATE_DIR],
-                            "env": [{"name": "CONTRAST_TEE", "value": "hardware"}],
-                            "ports": _ports(),
-                            "resources": {
-                                "limits": {"memory": "200Mi"},
-                                "requests": {"memory": "200Mi"},
-                            },
-                            "startupProbe": probe("/probe/startup", 1, 60),
-                            "livenessProbe": probe("/probe/liveness", 10, 3),
-                            "readinessProbe": probe("/probe/readiness", 5, 3),
-                            "volumeMounts": [{"name": "state", "mountPath": STATE_DIR}],
-                        }
-                    ],
-                },
-            },
-            "volumeClaimTemplates": [
-                {
-                    "metadata": {"name": "state"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": "1Gi"}},
-                    },
-                }
-            ],
-            "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Delete"},
-        },
+        "metadata": {"name": "coordinator", "labels": dict(COORDINATOR_LABELS)},
+        "spec": spec,
     }
-    return [
+    resources += [
         statefulset,
         _service("coordinator", load_balancer=True, publish_not_ready=True),
         _service("coordinator-ready", load_balancer=False, publish_not_ready=False),
     ]
+    if history is HistoryBackend.CONFIGMAPS:
+        resources.append(_peer_service())
+    if namespace is not None:
+        for resource in resources:
+            resource["metadata"]["namespace"] = namespace
+            for subject in resource.get("subjects", []):
+                subject["namespace"] = namespace
+    return resources
