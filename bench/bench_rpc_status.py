@@ -64,7 +64,7 @@ def main(calls: int) -> None:
         )
         guarded.start()
         plain = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
-        plain.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator))])
+        plain.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator, issuer))])
         credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
         plain_port = plain.add_secure_port("127.0.0.1:0", credentials)
         plain.start()

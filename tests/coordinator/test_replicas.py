@@ -13,11 +13,17 @@ import threading
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, x25519
 
 from contrast.atls.reportdata import public_key_der, report_data
 from contrast.coordinator.core import Coordinator, MeshCertificate, Mode
-from contrast.coordinator.errors import Conflict, PermissionDenied, StoredStateDamaged
+from contrast.coordinator.errors import (
+    Conflict,
+    EvidenceRefused,
+    NotACoordinator,
+    PermissionDenied,
+    StoredStateDamaged,
+)
 from contrast.history.history import History, transition_hashes
 from contrast.history.store import FileSystemStore
 from contrast.manifest.ownership import sign_update
@@ -144,7 +150,7 @@ def test_a_rolled_back_head_stops_every_replica_from_issuing(
 
 
 def handover_evidence(deployment: Deployment, coordinator: Coordinator, name: str) -> None:
-    key = ec.generate_private_key(ec.SECP384R1())
+    key = x25519.X25519PrivateKey.generate()
     public_key = public_key_der(key.public_key())
     nonce = coordinator.new_nonce()
     evidence = deployment.issuer(name).issue(report_data(public_key, nonce))
@@ -156,7 +162,7 @@ def test_the_seed_is_handed_only_to_a_coordinator_of_the_manifest(
 ) -> None:
     first, _ = replicas(deployment, new_store)
     handover_evidence(deployment, first, "coordinator")
-    with pytest.raises(PermissionDenied, match=r"not a Coordinator .*policy hash"):
+    with pytest.raises(NotACoordinator, match=r"policy hash .* a workload's, not a Coordinator's"):
         handover_evidence(deployment, first, "web")
 
 
@@ -168,5 +174,5 @@ def test_the_seed_is_not_handed_to_a_coordinator_whose_reference_values_differ(
     other = manifest.replace(deployment.tee.measurement.hex().encode(), b"ab" * 48)
     assert other != manifest
     coordinator.set_manifest(other, deployment.documents())
-    with pytest.raises(PermissionDenied, match=r"not a Coordinator .*TrustedMeasurement"):
+    with pytest.raises(EvidenceRefused, match=r"does not pass the active manifest.*Measurement"):
         handover_evidence(deployment, coordinator, "coordinator")

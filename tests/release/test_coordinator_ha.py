@@ -67,6 +67,7 @@ def test_configmaps_give_three_replicas_a_service_account_role_and_peer_service(
     assert statefulset["spec"]["serviceName"] == release.PEER_SERVICE
     args = coordinator_args(list(release.coordinator_resources(PLATFORM)))
     assert args[:3] == ["coordinator", "--history", "configmaps"]
+    assert args[args.index("--peer-service") + 1] == f"{release.PEER_SERVICE}:7777"
 
 
 def test_files_give_one_replica_on_a_volume_and_no_api_access() -> None:

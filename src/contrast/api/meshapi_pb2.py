@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from contrast.api import evidence_pb2 as evidence__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rmeshapi.proto\x12\x10\x63ontrast.meshapi\x1a\x0e\x65vidence.proto\"\x11\n\x0fGetNonceRequest\"!\n\x10GetNonceResponse\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\"e\n\x12NewMeshCertRequest\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\x12\x11\n\tPublicKey\x18\x02 \x01(\x0c\x12-\n\x08\x45vidence\x18\x03 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\"h\n\x13NewMeshCertResponse\x12\x12\n\nMeshCACert\x18\x01 \x01(\x0c\x12\x11\n\tCertChain\x18\x02 \x01(\x0c\x12\x12\n\nRootCACert\x18\x03 \x01(\x0c\x12\x16\n\x0eWorkloadSecret\x18\x04 \x01(\x0c\x32\xb8\x01\n\x07MeshAPI\x12Q\n\x08GetNonce\x12!.contrast.meshapi.GetNonceRequest\x1a\".contrast.meshapi.GetNonceResponse\x12Z\n\x0bNewMeshCert\x12$.contrast.meshapi.NewMeshCertRequest\x1a%.contrast.meshapi.NewMeshCertResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\rmeshapi.proto\x12\x10\x63ontrast.meshapi\x1a\x0e\x65vidence.proto\"\x11\n\x0fGetNonceRequest\"!\n\x10GetNonceResponse\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\"e\n\x12NewMeshCertRequest\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\x12\x11\n\tPublicKey\x18\x02 \x01(\x0c\x12-\n\x08\x45vidence\x18\x03 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\"h\n\x13NewMeshCertResponse\x12\x12\n\nMeshCACert\x18\x01 \x01(\x0c\x12\x11\n\tCertChain\x18\x02 \x01(\x0c\x12\x12\n\nRootCACert\x18\x03 \x01(\x0c\x12\x16\n\x0eWorkloadSecret\x18\x04 \x01(\x0c\"y\n\x0eRecoverRequest\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\x12\x11\n\tPublicKey\x18\x02 \x01(\x0c\x12-\n\x08\x45vidence\x18\x03 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\x12\x16\n\x0eRequesterNonce\x18\x04 \x01(\x0c\"P\n\x0fRecoverResponse\x12\x0e\n\x06Sealed\x18\x01 \x01(\x0c\x12-\n\x08\x45vidence\x18\x02 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\"Q\n\x08Handover\x12\x0c\n\x04Seed\x18\x01 \x01(\x0c\x12\x0c\n\x04Salt\x18\x02 \x01(\x0c\x12\x11\n\tMeshCAKey\x18\x03 \x01(\x0c\x12\x16\n\x0eTransitionHash\x18\x04 \x01(\x0c\x32\x88\x02\n\x07MeshAPI\x12Q\n\x08GetNonce\x12!.contrast.meshapi.GetNonceRequest\x1a\".contrast.meshapi.GetNonceResponse\x12Z\n\x0bNewMeshCert\x12$.contrast.meshapi.NewMeshCertRequest\x1a%.contrast.meshapi.NewMeshCertResponse\x12N\n\x07Recover\x12 .contrast.meshapi.RecoverRequest\x1a!.contrast.meshapi.RecoverResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -40,6 +40,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NEWMESHCERTREQUEST']._serialized_end=206
   _globals['_NEWMESHCERTRESPONSE']._serialized_start=208
   _globals['_NEWMESHCERTRESPONSE']._serialized_end=312
-  _globals['_MESHAPI']._serialized_start=315
-  _globals['_MESHAPI']._serialized_end=499
+  _globals['_RECOVERREQUEST']._serialized_start=314
+  _globals['_RECOVERREQUEST']._serialized_end=435
+  _globals['_RECOVERRESPONSE']._serialized_start=437
+  _globals['_RECOVERRESPONSE']._serialized_end=517
+  _globals['_HANDOVER']._serialized_start=519
+  _globals['_HANDOVER']._serialized_end=600
+  _globals['_MESHAPI']._serialized_start=603
+  _globals['_MESHAPI']._serialized_end=867
 # @@protoc_insertion_point(module_scope)

@@ -37,3 +37,35 @@ class NewMeshCertResponse(_message.Message):
     RootCACert: bytes
     WorkloadSecret: bytes
     def __init__(self, MeshCACert: _Optional[bytes] = ..., CertChain: _Optional[bytes] = ..., RootCACert: _Optional[bytes] = ..., WorkloadSecret: _Optional[bytes] = ...) -> None: ...
+
+class RecoverRequest(_message.Message):
+    __slots__ = ("Nonce", "PublicKey", "Evidence", "RequesterNonce")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    PUBLICKEY_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    REQUESTERNONCE_FIELD_NUMBER: _ClassVar[int]
+    Nonce: bytes
+    PublicKey: bytes
+    Evidence: _evidence_pb2.Evidence
+    RequesterNonce: bytes
+    def __init__(self, Nonce: _Optional[bytes] = ..., PublicKey: _Optional[bytes] = ..., Evidence: _Optional[_Union[_evidence_pb2.Evidence, _Mapping]] = ..., RequesterNonce: _Optional[bytes] = ...) -> None: ...
+
+class RecoverResponse(_message.Message):
+    __slots__ = ("Sealed", "Evidence")
+    SEALED_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    Sealed: bytes
+    Evidence: _evidence_pb2.Evidence
+    def __init__(self, Sealed: _Optional[bytes] = ..., Evidence: _Optional[_Union[_evidence_pb2.Evidence, _Mapping]] = ...) -> None: ...
+
+class Handover(_message.Message):
+    __slots__ = ("Seed", "Salt", "MeshCAKey", "TransitionHash")
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    MESHCAKEY_FIELD_NUMBER: _ClassVar[int]
+    TRANSITIONHASH_FIELD_NUMBER: _ClassVar[int]
+    Seed: bytes
+    Salt: bytes
+    MeshCAKey: bytes
+    TransitionHash: bytes
+    def __init__(self, Seed: _Optional[bytes] = ..., Salt: _Optional[bytes] = ..., MeshCAKey: _Optional[bytes] = ..., TransitionHash: _Optional[bytes] = ...) -> None: ...

@@ -63,9 +63,10 @@ GET_NONCE = Method(MESH_API, "GetNonce", meshapi_pb2.GetNonceRequest, meshapi_pb
 NEW_MESH_CERT = Method(
     MESH_API, "NewMeshCert", meshapi_pb2.NewMeshCertRequest, meshapi_pb2.NewMeshCertResponse
 )
+PEER_RECOVER = Method(MESH_API, "Recover", meshapi_pb2.RecoverRequest, meshapi_pb2.RecoverResponse)
 
 # Every method of both services, for whatever must cover them all (tests, metrics).
-METHODS = (ATTEST, SET_MANIFEST, GET_MANIFESTS, RECOVER, GET_NONCE, NEW_MESH_CERT)
+METHODS = (ATTEST, SET_MANIFEST, GET_MANIFESTS, RECOVER, GET_NONCE, NEW_MESH_CERT, PEER_RECOVER)
 
 
 class UserApiServicer(Protocol):
@@ -95,6 +96,10 @@ class MeshApiServicer(Protocol):
         self, request: meshapi_pb2.NewMeshCertRequest, context: grpc.ServicerContext
     ) -> meshapi_pb2.NewMeshCertResponse: ...
 
+    def recover(
+        self, request: meshapi_pb2.RecoverRequest, context: grpc.ServicerContext
+    ) -> meshapi_pb2.RecoverResponse: ...
+
 
 def user_api_handler(servicer: UserApiServicer) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
@@ -114,6 +119,7 @@ def mesh_api_handler(servicer: MeshApiServicer) -> grpc.GenericRpcHandler:
         {
             GET_NONCE.name: GET_NONCE.handler(servicer.get_nonce),
             NEW_MESH_CERT.name: NEW_MESH_CERT.handler(servicer.new_mesh_cert),
+            PEER_RECOVER.name: PEER_RECOVER.handler(servicer.recover),
         },
     )
 
@@ -149,6 +155,7 @@ class MeshApiClient:
     def __init__(self, channel: grpc.Channel, *, timeout: float = 30.0) -> None:
         self._get_nonce = GET_NONCE.client(channel)
         self._new_mesh_cert = NEW_MESH_CERT.client(channel)
+        self._recover = PEER_RECOVER.client(channel)
         self.timeout = timeout
 
     def get_nonce(self) -> bytes:
@@ -159,3 +166,6 @@ class MeshApiClient:
         self, request: meshapi_pb2.NewMeshCertRequest
     ) -> meshapi_pb2.NewMeshCertResponse:
         return self._new_mesh_cert(request, timeout=self.timeout)
+
+    def recover(self, request: meshapi_pb2.RecoverRequest) -> meshapi_pb2.RecoverResponse:
+        return self._recover(request, timeout=self.timeout)

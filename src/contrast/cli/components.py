@@ -19,6 +19,7 @@ from contrast import logs
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.coordinator.core import Coordinator, utc_now
+from contrast.coordinator.peers import DEFAULT_INTERVAL, PeerRecovery, PeerSources
 from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend, open_store
@@ -57,6 +58,20 @@ def register(commands: Any) -> None:
         type=Path,
         help="configmaps: reach the Kubernetes API with this kubeconfig (default: in-cluster)",
     )
+    coordinator.add_argument(
+        "--peer", action="append", default=[], metavar="HOST:PORT",
+        help="a peer replica's mesh API to recover the seed from after a restart (repeatable)",
+    )  # fmt: skip
+    coordinator.add_argument(
+        "--peer-service", metavar="NAME[:PORT]",
+        help="a DNS name whose A records are the ready peer replicas (the headless Service);"
+        " port 7777 unless given",
+    )  # fmt: skip
+    coordinator.add_argument(
+        "--peer-interval", type=float, default=DEFAULT_INTERVAL, metavar="SECONDS",
+        help=f"how often to look for a ready peer while in recovery mode (default:"
+        f" {DEFAULT_INTERVAL:.0f})",
+    )  # fmt: skip
     coordinator.add_argument("--listen", default="0.0.0.0", help="address to listen on")  # noqa: S104
     coordinator.add_argument("--user-api-port", type=int, default=1313)
     coordinator.add_argument("--mesh-api-port", type=int, default=7777)
@@ -149,12 +164,22 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         kubeconfig=arguments.kubeconfig,
     )
     coordinator = Coordinator(History(store), verifier_for=workload_verifier)
+    if arguments.peer_interval <= 0:
+        raise ContrastError("--peer-interval must be more than 0 seconds")
+    peers = PeerRecovery(
+        coordinator,
+        issuer,
+        PeerSources(tuple(arguments.peer), arguments.peer_service),
+        now=utc_now,
+        interval=arguments.peer_interval,
+    )
     server = CoordinatorServer(
         coordinator,
         issuer,
         TlsIdentity.generate(now=utc_now()),
         host=arguments.listen,
         ports=Ports(arguments.user_api_port, arguments.mesh_api_port, arguments.http_port),
+        started=peers.first_attempt_done.is_set,
     )
     server.start()
     log.info(
@@ -162,9 +187,11 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         str(coordinator.mode),
         *server.ports.__dict__.values(),
     )
+    peers.start()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("stopping on signal %s", signum)
+        peers.stop()
         server.stop()
 
     signal.signal(signal.SIGTERM, stop)

@@ -34,7 +34,10 @@ from contrast.ca.authority import CertificateAuthority
 from contrast.ca.sealed import seal, unseal
 from contrast.coordinator.errors import (
     Conflict,
+    EvidenceRefused,
     InvalidRequest,
+    NonceRefused,
+    NotACoordinator,
     NotReady,
     PermissionDenied,
     StateUnavailable,
@@ -45,9 +48,8 @@ from contrast.coordinator.nonces import NonceRegistry
 from contrast.history.errors import BadSignature, ConcurrentUpdate, DamagedEntry, HistoryError
 from contrast.history.history import ZERO_HASH, History, LatestTransition, Transition, digest
 from contrast.manifest.errors import ManifestError
-from contrast.manifest.model import Manifest
+from contrast.manifest.model import Manifest, Role
 from contrast.manifest.ownership import OwnershipError, verify_update
-from contrast.manifest.verifier import coordinator_verifier
 from contrast.seed.engine import SeedEngine, SeedError
 from contrast.seed.shares import SeedShareDocument, load_public_key_hex
 
@@ -547,28 +549,34 @@ class Coordinator:
     def handover(self, nonce: bytes, public_key: bytes, evidence: Evidence) -> Handover:
         """The seed for a recovering peer, if its evidence is a Coordinator of this manifest.
 
-        The evidence must bind `public_key` to our nonce, pass the active manifest's reference
-        values, and carry a policy hash whose entry has role `coordinator`; the caller seals
-        the answer to `public_key`, so only that TEE can read it.
+        The evidence must bind `public_key` to our nonce (used once), pass the active manifest's
+        reference values, and carry a policy hash whose entry has role `coordinator`; the caller
+        seals the answer to `public_key` (`contrast.coordinator.handover`), so only that TEE can
+        read it.
         """
         state = self._ready_state()
         now = self._clock()
-        if not self._nonces.consume(nonce, now):
-            raise PermissionDenied(
-                "the nonce is unknown, expired or already used",
-                hint="get a fresh nonce and new evidence for it",
-            )
-        coordinators = [bytes.fromhex(h) for h in state.manifest.coordinator_policy_hashes]
+        self._consume(nonce, now)
         try:
-            coordinator_verifier(state.manifest, coordinators).verify(
+            peer = state.verifier.verify(
                 evidence, report_data=report_data(public_key, nonce), now=now
             )
         except AttestationError as error:
             self.metrics.attestation_failures.inc()
-            raise PermissionDenied(
-                f"peer recovery refused, the evidence is not a Coordinator of the active manifest"
+            raise EvidenceRefused(
+                f"peer recovery refused, the evidence does not pass the active manifest"
                 f" ({error.reason}): {error.explain()}"
             ) from None
+        policy = peer.policy_hash.hex()
+        entry = state.manifest.policies.get(policy)
+        if entry is None or entry.role is not Role.COORDINATOR:
+            self.metrics.attestation_failures.inc()
+            what = (
+                "not in the active manifest"
+                if entry is None
+                else "a workload's, not a Coordinator's (its entry has no role coordinator)"
+            )
+            raise NotACoordinator(f"peer recovery refused: policy hash {policy} is {what}")
         mesh_key = state.authority.mesh_key.private_bytes(
             serialization.Encoding.PEM,
             serialization.PrivateFormat.PKCS8,
@@ -576,6 +584,13 @@ class Coordinator:
         )
         log.info("handing the seed to an attested peer Coordinator")
         return Handover(state.seed.seed, state.seed.salt, mesh_key, state.latest.transition_hash)
+
+    def _consume(self, nonce: bytes, now: datetime) -> None:
+        if not self._nonces.consume(nonce, now):
+            raise NonceRefused(
+                "the nonce is unknown, expired or already used",
+                hint="get a fresh nonce and new evidence for it",
+            )
 
     def new_nonce(self) -> bytes:
         return self._nonces.issue(self._clock())
@@ -585,11 +600,7 @@ class Coordinator:
     ) -> MeshCertificate:
         state = self._ready_state()
         now = self._clock()
-        if not self._nonces.consume(nonce, now):
-            raise PermissionDenied(
-                "the nonce is unknown, expired or already used",
-                hint="get a fresh nonce and new evidence for it",
-            )
+        self._consume(nonce, now)
         try:
             key = serialization.load_der_public_key(public_key)
         except ValueError:

@@ -35,6 +35,20 @@ class PermissionDenied(CoordinatorError):
     status = Status.PERMISSION_DENIED
 
 
+class NonceRefused(PermissionDenied):
+    """The nonce is not one this replica issued, has expired, or was used already (a replay)."""
+
+
+class EvidenceRefused(PermissionDenied):
+    """The evidence fails the active manifest: not authentic, reference values not met, or made
+    for another key or nonce (a substituted key)."""
+
+
+class NotACoordinator(PermissionDenied):
+    """Peer recovery asked by evidence whose policy hash is not a `coordinator` entry of the
+    active manifest (a workload's, or none of the manifest's)."""
+
+
 class InvalidRequest(CoordinatorError):
     """The request itself is malformed (manifest, policies, keys, nonce)."""
 

@@ -25,6 +25,7 @@ from contrast.atls.identity import TlsIdentity
 from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import NONCE_SIZE, report_data
 from contrast.attestation.errors import AttestationError
+from contrast.coordinator import handover
 from contrast.coordinator.core import Coordinator, Mode
 from contrast.coordinator.errors import InvalidRequest
 from contrast.coordinator.status import DeliberateStatus
@@ -92,8 +93,9 @@ class UserApi:
 
 
 class MeshApi:
-    def __init__(self, coordinator: Coordinator) -> None:
+    def __init__(self, coordinator: Coordinator, issuer: Issuer) -> None:
         self._coordinator = coordinator
+        self._issuer = issuer
 
     def get_nonce(
         self, request: meshapi_pb2.GetNonceRequest, context: grpc.ServicerContext
@@ -118,6 +120,24 @@ class MeshApi:
             RootCACert=certificate.root_ca,
             WorkloadSecret=certificate.workload_secret or b"",
         )
+
+    def recover(
+        self, request: meshapi_pb2.RecoverRequest, context: grpc.ServicerContext
+    ) -> meshapi_pb2.RecoverResponse:
+        """Peer recovery: the handover, sealed to the requester's key, with our evidence."""
+        if len(request.RequesterNonce) != NONCE_SIZE:
+            raise InvalidRequest(f"the requester nonce must be {NONCE_SIZE} bytes")
+        recipient = handover.recipient_key(request.PublicKey)
+        try:
+            evidence = evidence_from_proto(request.Evidence)
+        except AttestationError:
+            self._coordinator.metrics.attestation_failures.inc()
+            raise
+        secret = self._coordinator.handover(request.Nonce, request.PublicKey, evidence)
+        sealed = handover.seal(secret, recipient, request.Nonce)
+        proof = self._issuer.issue(report_data(sealed, request.RequesterNonce))
+        log.info("handed the seed to an attested peer Coordinator at %s", context.peer())
+        return meshapi_pb2.RecoverResponse(Sealed=sealed, Evidence=evidence_to_proto(proof))
 
 
 class CannotListen(ContrastError):
@@ -151,7 +171,9 @@ class CoordinatorServer:
         *,
         host: str = "0.0.0.0",  # noqa: S104 - the Coordinator serves the cluster
         ports: Ports = Ports(1313, 7777, 9102),
+        started: Callable[[], bool] = lambda: True,
     ) -> None:
+        """`started` is the start-up probe: with peers, true once one peer recovery was tried."""
         self.coordinator = coordinator
         credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
         interceptors: list[grpc.ServerInterceptor] = [DeliberateStatus(coordinator.metrics)]
@@ -164,11 +186,13 @@ class CoordinatorServer:
         self._mesh = grpc.server(
             futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors
         )
-        self._mesh.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator))])
+        self._mesh.add_generic_rpc_handlers(
+            [services.mesh_api_handler(MeshApi(coordinator, issuer))]
+        )
         user_port = _listen(self._user, f"{host}:{ports.user_api}", credentials)
         mesh_port = _listen(self._mesh, f"{host}:{ports.mesh_api}", credentials)
         try:
-            self._http = _HttpServer((host, ports.http), _http_handler(coordinator))
+            self._http = _HttpServer((host, ports.http), _http_handler(coordinator, started))
         except OSError as error:
             raise CannotListen(f"cannot listen on {host}:{ports.http}: {error.strerror}") from None
         self.ports = Ports(user_port, mesh_port, self._http.server_address[1])
@@ -211,9 +235,11 @@ class _HttpServer(ThreadingHTTPServer):
             )
 
 
-def _http_handler(coordinator: Coordinator) -> type[BaseHTTPRequestHandler]:
+def _http_handler(
+    coordinator: Coordinator, started: Callable[[], bool]
+) -> type[BaseHTTPRequestHandler]:
     probes: dict[str, Callable[[], bool]] = {
-        "/probe/startup": lambda: True,
+        "/probe/startup": started,
         "/probe/liveness": lambda: True,
         "/probe/readiness": lambda: coordinator.mode is Mode.READY,
     }

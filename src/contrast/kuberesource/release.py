@@ -317,7 +317,9 @@ def coordinator_resources(
         ]
         spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
     else:
-        # The namespace comes from the service account mount, the API from in-cluster config.
+        # The namespace comes from the service account mount, the API from in-cluster config;
+        # ready peers from the headless Service's DNS name.
+        container["args"] += ["--peer-service", f"{PEER_SERVICE}:{MESH_API_PORT}"]
         pod_spec["serviceAccountName"] = "coordinator"
         spec["serviceName"] = PEER_SERVICE
         # A restarted replica must not wait for the others' order: it recovers from any of them.
