@@ -51,7 +51,7 @@ def test_the_demo_flow_runs_on_the_release_images(
     assert "comes back in recovery mode" in text
     assert "chains to the root CA saved by verify before the restart" in text
     # Every component really ran in a container of its image.
-    assert {"coordinator", "initializer-web", "initializer-client", "sidecar-web"} <= set(
+    assert {"coordinator-0", "initializer-web", "initializer-client", "sidecar-web"} <= set(
         demo.specs
     )
 

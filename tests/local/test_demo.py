@@ -10,7 +10,7 @@ import pytest
 from contrast.atls.issuers import TeeKind
 from contrast.local.demo import run_demo
 
-STEPS = 14
+STEPS = 17
 
 
 @pytest.mark.parametrize("tee", [TeeKind.EMULATED_SNP, TeeKind.EMULATED_TDX])

@@ -17,9 +17,10 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "demo",
         help="run Coordinator and workloads locally on the emulated TEE, end to end",
-        description="Start a Coordinator and emulated workloads as local processes, set a"
-        " manifest, get mesh certificates, talk mutual TLS, verify, kill and recover the"
-        " Coordinator, and let a new workload join. Needs no TEE and no cluster.",
+        description="Start three Coordinator replicas and emulated workloads as local processes,"
+        " set a manifest, get mesh certificates, talk mutual TLS, verify, kill a replica and see"
+        " it rejoin by peer recovery, kill all three and recover them, and let a new workload"
+        " join. Needs no TEE and no cluster.",
     )
     parser.add_argument(
         "--workdir", type=Path,

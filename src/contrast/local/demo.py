@@ -1,8 +1,11 @@
 """`contrast demo`: the whole Contrast flow as local processes on an emulated TEE (SNP or TDX).
 
-Coordinator, Initializers and workloads are separate processes talking over loopback exactly as
-they would in a cluster; only the TEE is emulated. Each step prints one line; any failure stops
-the demo with a non-zero exit. What a user wants to look at stays in the work directory.
+Coordinator replicas, Initializers and workloads are separate processes talking over loopback
+exactly as they would in a cluster; only the TEE is emulated. Three Coordinator replicas share one
+history directory and list each other as peers: the two that did not get the manifest, and one
+killed with SIGKILL, become ready by peer recovery; only when all three are gone does it take
+`contrast recover`. Each step prints one line; any failure stops the demo with a non-zero exit.
+What a user wants to look at stays in the work directory.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from contrast.atls.issuers import TeeKind
 from contrast.client import operations
 from contrast.client.workspace import MANIFEST, SEED_SHARES, SEEDSHARE_OWNER_KEY, Workspace
 from contrast.errors import ContrastError
-from contrast.initializer.files import CERT_CHAIN
+from contrast.initializer.files import CERT_CHAIN, MESH_CA
 from contrast.local.processes import Processes, Running, free_port, wait_for_port
 from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
 from contrast.local.workspace import (
@@ -41,6 +44,17 @@ LATE = DemoWorkload("late")
 ROGUE = DemoWorkload("rogue")  # not in the manifest
 EGRESS_ADDRESS = "127.0.0.2"  # the client app dials its sidecar here, as in a pod
 STARTUP_TIMEOUT = 30.0
+REPLICAS = 3
+# How often a replica in recovery mode asks its peers: the Coordinator's default is 15 s (as the
+# original's); the demo asks often, so a rejoin takes about a second.
+PEER_INTERVAL = 0.25
+
+
+@dataclass(frozen=True)
+class ReplicaPorts:
+    user: int
+    mesh: int
+    http: int
 
 
 class DemoFailed(ContrastError):
@@ -55,7 +69,7 @@ class Demo:
     images: Path | None = None
     processes: Processes = field(init=False)
     components: Runner = field(init=False)
-    coordinator: Running | None = None
+    coordinators: dict[int, Running] = field(default_factory=dict)
     step_number: int = 0
 
     def __post_init__(self) -> None:
@@ -68,7 +82,11 @@ class Demo:
             if self.images is None
             else ContainerRunner(self.images, self.workdir.resolve())
         )
-        self.user_port, self.mesh_port, self.http_port = free_port(), free_port(), free_port()
+        self.replicas = [
+            ReplicaPorts(free_port(), free_port(), free_port()) for _ in range(REPLICAS)
+        ]
+        first = self.replicas[0]
+        self.user_port, self.mesh_port, self.http_port = first.user, first.mesh, first.http
         self.app_port, self.web_mtls_port, self.egress_port = free_port(), free_port(), free_port()
 
     @contextmanager
@@ -95,30 +113,54 @@ class Demo:
             "--policy-hash", workload.policy_hash.hex(),
         ]  # fmt: skip
 
-    def start_coordinator(self) -> None:
-        self.coordinator = self.components.start(
-            "coordinator",
-            "coordinator",
-            [
-                "coordinator", *self._tee_arguments(COORDINATOR),
-                "--state-dir", str(self.state / "coordinator"),
-                "--listen", "127.0.0.1",
-                "--user-api-port", str(self.user_port),
-                "--mesh-api-port", str(self.mesh_port),
-                "--http-port", str(self.http_port),
-            ],
-        )  # fmt: skip
-        for port in (self.user_port, self.mesh_port, self.http_port):
-            wait_for_port(port, timeout=STARTUP_TIMEOUT, process=self.coordinator)
+    def start_coordinators(self, *indices: int) -> None:
+        """Start these replicas, all on one history directory, each with the others as peers."""
+        for index in indices:
+            ports = self.replicas[index]
+            peers = [f"--peer=127.0.0.1:{p.mesh}" for p in self.replicas if p is not ports]
+            self.coordinators[index] = self.components.start(
+                f"coordinator-{index}",
+                "coordinator",
+                [
+                    "coordinator", *self._tee_arguments(COORDINATOR),
+                    "--state-dir", str(self.state / "coordinator"),
+                    "--listen", "127.0.0.1",
+                    "--user-api-port", str(ports.user),
+                    "--mesh-api-port", str(ports.mesh),
+                    "--http-port", str(ports.http),
+                    *peers, "--peer-interval", str(PEER_INTERVAL),
+                ],
+            )  # fmt: skip
+        for index in indices:
+            ports = self.replicas[index]
+            for port in (ports.user, ports.mesh, ports.http):
+                wait_for_port(port, timeout=STARTUP_TIMEOUT, process=self.coordinators[index])
 
-    def run_initializer(self, workload: DemoWorkload) -> tuple[int, str]:
+    def wait_ready(self, *indices: int) -> float:
+        """Wait until these replicas say ready; how long it took."""
+        started = time.monotonic()
+        for index in indices:
+            while (mode := self._coordinator_mode(index)) != "ready":
+                if self.coordinators[index].exit_code() is not None:
+                    raise DemoFailed(
+                        f"Coordinator replica {index} exited",
+                        hint=f"see {self.coordinators[index].log}",
+                    )
+                if time.monotonic() - started > STARTUP_TIMEOUT:
+                    raise DemoFailed(f"Coordinator replica {index} is still in mode {mode!r}")
+                time.sleep(0.05)
+        return time.monotonic() - started
+
+    def run_initializer(
+        self, workload: DemoWorkload, *, replica: int = 0, output: str | None = None
+    ) -> tuple[int, str]:
         return self.components.run(
-            f"initializer-{workload.name}",
+            f"initializer-{output or workload.name}",
             "initializer",
             [
                 "initializer", *self._tee_arguments(workload),
-                "--coordinator", f"127.0.0.1:{self.mesh_port}",
-                "--output", str(self.workdir / "workloads" / workload.name),
+                "--coordinator", f"127.0.0.1:{self.replicas[replica].mesh}",
+                "--output", str(self.workdir / "workloads" / (output or workload.name)),
                 "--deadline", "20",
             ],
             timeout=60,
@@ -150,18 +192,25 @@ class Demo:
             everyone = [COORDINATOR, SERVER, CLIENT, LATE]
             _, manifest = write_workspace(self.workdir, reference_values, everyone)
             details.append(f"{MANIFEST} with {len(manifest.policies)} policies, owner keys")
-        with self.step("Coordinator started") as details:
-            self.start_coordinator()
-            details.append(f"user API 127.0.0.1:{self.user_port}, mesh API :{self.mesh_port}")
-        with self.step("manifest set") as details:
+        everyone_else = tuple(range(1, REPLICAS))
+        with self.step(f"{REPLICAS} Coordinator replicas started") as details:
+            self.start_coordinators(*range(REPLICAS))
+            details.append(
+                f"user APIs {', '.join(f'127.0.0.1:{p.user}' for p in self.replicas)};"
+                " one history directory, each lists the others as peers"
+            )
+        with self.step("manifest set through replica 0") as details:
             operations.set_manifest(self.target, workspace, self.workdir / RESOURCES)
             details.append("Coordinator attested against the manifest; seed shares saved")
-        for workload in (SERVER, CLIENT):
+        with self.step("replicas 1 and 2 got the seed from a peer") as details:
+            took = self.wait_ready(*everyone_else)
+            details.append(f"ready {took:.1f} s later by peer recovery, attested both ways")
+        for index, workload in enumerate((SERVER, CLIENT)):
             with self.step(f"Initializer of {workload.name!r} got its mesh certificate") as details:
-                code, last = self.run_initializer(workload)
+                code, last = self.run_initializer(workload, replica=index)
                 if code != 0:
                     raise DemoFailed(f"the Initializer exited with {code}: {last}")
-                details.append(f"files in workloads/{workload.name}/tls-config")
+                details.append(f"from replica {index}; files in workloads/{workload.name}")
         with self.step("a workload whose policy is not in the manifest is refused") as details:
             code, last = self.run_initializer(ROGUE)
             if code == 0:
@@ -180,31 +229,44 @@ class Demo:
         with self.step("contrast verify") as details:
             result = operations.verify(self.target, workspace)
             details.append(f"{result.directory.name}/ written, active manifest matches")
-        with self.step("Coordinator killed (SIGKILL) and restarted") as details:
-            assert self.coordinator is not None
-            self.coordinator.kill()
-            self.start_coordinator()
-            mode = self._coordinator_mode()
-            if mode != "recovery":
-                raise DemoFailed(f"the restarted Coordinator is in mode {mode!r}, not recovery")
-            details.append("it comes back in recovery mode")
-        with self.step("contrast recover") as details:
+        last_replica = REPLICAS - 1
+        with self.step(f"replica {last_replica} killed (SIGKILL), restarted, rejoined") as details:
+            self.coordinators[last_replica].kill()
+            self.start_coordinators(last_replica)
+            took = self.wait_ready(last_replica)
+            details.append(f"ready {took:.1f} s after it listened, by peer recovery; no operator")
+        with self.step(f"it issues from the same mesh CA ({SERVER.name!r} asks again)") as details:
+            again = f"{SERVER.name}.via-replica-{last_replica}"
+            code, last = self.run_initializer(SERVER, replica=last_replica, output=again)
+            if code != 0:
+                raise DemoFailed(f"the Initializer exited with {code}: {last}")
+            details.append(self._same_mesh_ca(again))
+        with self.step(f"all {REPLICAS} replicas killed (SIGKILL) and restarted") as details:
+            for process in self.coordinators.values():
+                process.kill()
+            self.start_coordinators(*range(REPLICAS))
+            modes = {self._coordinator_mode(index) for index in range(REPLICAS)}
+            if modes != {"recovery"}:
+                raise DemoFailed(f"the restarted replicas are in modes {sorted(modes)}")
+            details.append("no peer is ready: each comes back in recovery mode")
+        with self.step("contrast recover (replica 0), the others from it") as details:
             operations.recover(
                 self.target,
                 workspace,
                 seedshare_owner_key=workspace.path(SEEDSHARE_OWNER_KEY),
                 seed_shares=workspace.path(SEED_SHARES),
             )
-            details.append("seed share decrypted, history checked, Coordinator ready")
+            took = self.wait_ready(*range(REPLICAS))
+            details.append(f"seed share decrypted, history checked; all ready {took:.1f} s later")
         with self.step(f"a new workload {LATE.name!r} joins after the recovery") as details:
-            code, last = self.run_initializer(LATE)
+            code, last = self.run_initializer(LATE, replica=last_replica)
             if code != 0:
                 raise DemoFailed(f"the Initializer exited with {code}: {last}")
             details.append(self._chains_to_verified_root(LATE))
 
-    def _coordinator_mode(self) -> str:
+    def _coordinator_mode(self, index: int = 0) -> str:
         """What the readiness probe says (it answers 503 with the mode until ready)."""
-        url = f"http://127.0.0.1:{self.http_port}/probe/readiness"
+        url = f"http://127.0.0.1:{self.replicas[index].http}/probe/readiness"
         try:
             with urllib.request.urlopen(url, timeout=5) as response:
                 return str(response.read().decode().strip())
@@ -268,6 +330,14 @@ class Demo:
         if not answer.startswith("refused"):
             raise DemoFailed(f"web's sidecar let a client without certificate in: {answer}")
         return answer
+
+    def _same_mesh_ca(self, output: str) -> str:
+        """The mesh CA of a certificate got now is the one `verify` saved before the kill."""
+        verified = (self.workdir / "verify" / "mesh-ca.pem").read_bytes()
+        got = (self.workdir / "workloads" / output / MESH_CA).read_bytes()
+        if got != verified:
+            raise DemoFailed("the rejoined replica issues from another mesh CA")
+        return f"workloads/{output}/{MESH_CA} is the mesh CA verify saved"
 
     def _chains_to_verified_root(self, workload: DemoWorkload) -> str:
         """The new certificate chains to the root CA that `verify` saved before the restart."""
