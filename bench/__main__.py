@@ -2,7 +2,7 @@
 
 Each script runs as its own process (what it measures must not share a warm interpreter with
 the others) and prints its figures next to its baseline and goal. `--quick` skips generate at
-1000 workloads, the Envoy mesh, the NewMeshCert load and the image build, which take
+1000 workloads, the Envoy mesh, the NewMeshCert loads and the image build, which take
 longest. Nothing here runs in the tests.
 """
 
@@ -25,6 +25,8 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_tdx.py", [], "TDX verification against its raw checks"),
     ("bench_images.py", [], "image layer reading against sha256"),
     ("bench_meshcert.py", [], "Coordinator NewMeshCert, 64 client processes"),
+    ("bench_meshcert.py", ["64", "10", "3"], "NewMeshCert, 64 clients over 3 replicas"),
+    ("bench_rejoin.py", [], "a killed Coordinator replica ready again"),
     ("bench_rpc_status.py", [], "the Coordinator's error mapping on a round trip"),
     ("bench_mesh.py", [], "a request through two Envoy sidecars"),
     ("bench_release_images.py", [], "release image build, sizes, Coordinator container start"),
@@ -33,6 +35,7 @@ SLOW = {
     ("bench_generate.py", "1000"),
     ("bench_mesh.py", ""),
     ("bench_meshcert.py", ""),
+    ("bench_meshcert.py", "64103"),
     ("bench_release_images.py", ""),
 }
 
