@@ -22,6 +22,7 @@ def test_demo_runs_end_to_end_and_leaves_its_files(tmp_path: Path, tee: TeeKind)
     assert any("over mutual TLS: HTTP 200: hello from web" in line for line in steps)
     assert any("without a mesh certificate is refused: refused" in line for line in steps)
     assert any("is not in the active manifest" in line for line in steps)
+    assert any("with 2 of 3 seed share owners" in line for line in steps)
     verify = tmp_path / "verify"
     assert (verify / "manifest.0.json").read_bytes() == (tmp_path / "manifest.json").read_bytes()
     assert (verify / "mesh-ca.pem").is_file()

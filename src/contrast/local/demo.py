@@ -24,13 +24,14 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 
 from contrast.atls.issuers import TeeKind
 from contrast.client import operations
-from contrast.client.workspace import MANIFEST, SEED_SHARES, SEEDSHARE_OWNER_KEY, Workspace
+from contrast.client.workspace import MANIFEST, SEED_SHARES, Workspace
 from contrast.errors import ContrastError
 from contrast.initializer.files import CERT_CHAIN, MESH_CA
 from contrast.local.processes import Processes, Running, free_port, wait_for_port
 from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
 from contrast.local.workspace import (
     RESOURCES,
+    SEEDSHARE_OWNERS,
     DemoWorkload,
     emulated_reference_values,
     write_workspace,
@@ -249,15 +250,22 @@ class Demo:
             if modes != {"recovery"}:
                 raise DemoFailed(f"the restarted replicas are in modes {sorted(modes)}")
             details.append("no peer is ready: each comes back in recovery mode")
-        with self.step("contrast recover (replica 0), the others from it") as details:
+        owners = (SEEDSHARE_OWNERS[0], SEEDSHARE_OWNERS[2])
+        with self.step(
+            f"contrast recover (replica 0) with {len(owners)} of {len(SEEDSHARE_OWNERS)} seed"
+            " share owners, the others from it"
+        ) as details:
             operations.recover(
                 self.target,
                 workspace,
-                seedshare_owner_key=workspace.path(SEEDSHARE_OWNER_KEY),
+                seedshare_owner_key=[workspace.path(owner) for owner in owners],
                 seed_shares=workspace.path(SEED_SHARES),
             )
             took = self.wait_ready(*range(REPLICAS))
-            details.append(f"seed share decrypted, history checked; all ready {took:.1f} s later")
+            details.append(
+                f"shares of {' and '.join(owners)} combined, history checked;"
+                f" all ready {took:.1f} s later"
+            )
         with self.step(f"a new workload {LATE.name!r} joins after the recovery") as details:
             code, last = self.run_initializer(LATE, replica=last_replica)
             if code != 0:

@@ -67,6 +67,12 @@ def emulated_reference_values(kind: TeeKind, tee_dir: Path) -> dict[str, list[di
     return {"snp": [emulated_snp_reference_values(EmulatedSnp(tee_dir))]}
 
 
+# The demo's seed share owners: the workspace's own key and two more; any two of the three
+# recover the seed (a SeedshareThreshold of 2, beyond the original's one-of-N).
+SEEDSHARE_OWNERS = (SEEDSHARE_OWNER_KEY, "seedshare-owner-2.pem", "seedshare-owner-3.pem")
+SEEDSHARE_THRESHOLD = 2
+
+
 def write_workspace(
     root: Path,
     reference_values: Mapping[str, list[dict[str, Any]]],
@@ -75,7 +81,7 @@ def write_workspace(
     workspace = Workspace(root)
     keys = ensure_owner_keys(
         [workspace.path(WORKLOAD_OWNER_KEY)],
-        [workspace.path(SEEDSHARE_OWNER_KEY)],
+        [workspace.path(name) for name in SEEDSHARE_OWNERS],
         create_missing=True,
         disable_updates=False,
     )
@@ -93,6 +99,7 @@ def write_workspace(
         "ReferenceValues": dict(reference_values),
         "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
         "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
+        "SeedshareThreshold": SEEDSHARE_THRESHOLD,
     }
     manifest_bytes = json.dumps(document, indent=2).encode() + b"\n"
     workspace.write_public(MANIFEST, manifest_bytes)
