@@ -32,6 +32,7 @@ from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
 from contrast.local.workspace import (
     RESOURCES,
     SEEDSHARE_OWNERS,
+    SEEDSHARE_THRESHOLD,
     DemoWorkload,
     emulated_reference_values,
     write_workspace,
@@ -191,7 +192,13 @@ class Demo:
             details.append(f"its certificate hierarchy is in {self.state / 'tee'}")
         with self.step("workspace written") as details:
             everyone = [COORDINATOR, SERVER, CLIENT, LATE]
-            _, manifest = write_workspace(self.workdir, reference_values, everyone)
+            _, manifest = write_workspace(
+                self.workdir,
+                reference_values,
+                everyone,
+                seedshare_owners=SEEDSHARE_OWNERS,
+                seedshare_threshold=SEEDSHARE_THRESHOLD,
+            )
             details.append(f"{MANIFEST} with {len(manifest.policies)} policies, owner keys")
         everyone_else = tuple(range(1, REPLICAS))
         with self.step(f"{REPLICAS} Coordinator replicas started") as details:

@@ -77,11 +77,15 @@ def write_workspace(
     root: Path,
     reference_values: Mapping[str, list[dict[str, Any]]],
     workloads: Sequence[DemoWorkload],
+    *,
+    seedshare_owners: Sequence[str] = (SEEDSHARE_OWNER_KEY,),
+    seedshare_threshold: int = 1,
 ) -> tuple[Workspace, Manifest]:
+    """A workspace for `workloads`: by default one seed share owner, as the original has."""
     workspace = Workspace(root)
     keys = ensure_owner_keys(
         [workspace.path(WORKLOAD_OWNER_KEY)],
-        [workspace.path(name) for name in SEEDSHARE_OWNERS],
+        [workspace.path(name) for name in seedshare_owners],
         create_missing=True,
         disable_updates=False,
     )
@@ -99,7 +103,7 @@ def write_workspace(
         "ReferenceValues": dict(reference_values),
         "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
         "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
-        "SeedshareThreshold": SEEDSHARE_THRESHOLD,
+        **({"SeedshareThreshold": seedshare_threshold} if seedshare_threshold > 1 else {}),
     }
     manifest_bytes = json.dumps(document, indent=2).encode() + b"\n"
     workspace.write_public(MANIFEST, manifest_bytes)
