@@ -204,12 +204,12 @@ class Containerd:
             self.socket.exists,
         )
 
+    def command(self, *arguments: str) -> list[str]:
+        """A `ctr` command line addressed to this containerd and our namespace."""
+        return ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *arguments]
+
     def ctr(self, *arguments: str, what: str, timeout: float = 120) -> str:
-        return _run(
-            ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE, *arguments],
-            what,
-            timeout=timeout,
-        )
+        return _run(self.command(*arguments), what, timeout=timeout)
 
     def pull(self, reference: str) -> None:
         self.ctr("images", "pull", "--plain-http", reference, what=f"pulling {reference}")
@@ -254,10 +254,7 @@ class Containerd:
     ) -> subprocess.CompletedProcess[str]:
         """Run a container in the foreground; ctr exits with the container's status."""
         self.remove(name)
-        command = [
-            "ctr", "--address", str(self.socket), "--namespace", NAMESPACE, "run",
-            *self._options(env, mounts), image, name, *arguments,
-        ]  # fmt: skip
+        command = self.command("run", *self._options(env, mounts), image, name, *arguments)
         try:
             result = subprocess.run(  # noqa: S603
                 command, capture_output=True, text=True, timeout=timeout, check=False
@@ -301,8 +298,7 @@ class Containerd:
                 return None
         # `ctr tasks delete` reports a non-zero status as a warning on stderr.
         result = subprocess.run(  # noqa: S603
-            ["ctr", "--address", str(self.socket), "--namespace", NAMESPACE,  # noqa: S607
-             "tasks", "delete", name],
+            self.command("tasks", "delete", name),
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         match = re.search(r"exit code (\d+)", result.stderr)
