@@ -15,3 +15,21 @@ def best_per_call(function: Callable[[], object], iterations: int, rounds: int =
             function()
         best = min(best, (time.perf_counter() - start) / iterations)
     return best
+
+
+def best_interleaved(
+    functions: dict[str, Callable[[], object]], iterations: int, rounds: int = 7
+) -> dict[str, float]:
+    """Seconds per call of each function: the best of `rounds`, the functions' loops taking turns.
+
+    A baseline and the operation measured against it are timed in alternation, so that load from
+    elsewhere on a shared machine falls on both alike instead of on whichever ran during it.
+    """
+    best = dict.fromkeys(functions, float("inf"))
+    for _ in range(rounds):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            for _ in range(iterations):
+                function()
+            best[name] = min(best[name], (time.perf_counter() - start) / iterations)
+    return best

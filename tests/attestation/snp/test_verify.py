@@ -325,3 +325,33 @@ def test_cached_chains_do_not_mask_a_later_failure(emulated: EmulatedSnp) -> Non
         _reason(verify_evidence, report, chain, now=NOW, roots=GENUINE_AMD_ROOTS)
         is Reason.UNTRUSTED_VCEK
     )
+
+
+def test_a_changed_vcek_byte_misses_the_checked_chain() -> None:
+    """A chain checked once is remembered by its certificate objects; a VCEK with one changed
+    byte is another object and is checked from scratch (refused), the original still passes."""
+    report = MILAN_V2.file("report")
+    assert _verify_real(report).product is Product.MILAN
+    vcek = bytearray(MILAN_V2.file("vcek"))
+    signature_byte = len(vcek) - 10  # inside the ASK's signature over the VCEK
+    vcek[signature_byte] ^= 0x01
+    changed = load_certificate(bytes(vcek))
+    assert _reason(_verify_real, report, chain=[changed]) is Reason.UNTRUSTED_VCEK
+    assert _verify_real(report).product is Product.MILAN
+
+
+def test_a_remembered_chain_is_still_checked_for_validity_at_each_time() -> None:
+    report = MILAN_V2.file("report")
+    assert _verify_real(report).product is Product.MILAN
+    assert _reason(_verify_real, report, now=MILAN_V2_NOW + timedelta(days=365 * 30)) is (
+        Reason.CERTIFICATE_EXPIRED
+    )
+
+
+def test_a_remembered_chain_is_not_used_for_other_roots() -> None:
+    report = MILAN_V2.file("report")
+    assert _verify_real(report).product is Product.MILAN
+    milan = GENUINE_AMD_ROOTS.require(Product.MILAN)
+    genoa = GENUINE_AMD_ROOTS.require(Product.GENOA)
+    swapped = AmdRootStore({Product.MILAN: dataclasses.replace(milan, ask=genoa.ask)})
+    assert _reason(_verify_real, report, roots=swapped) is Reason.UNTRUSTED_VCEK

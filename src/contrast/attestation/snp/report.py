@@ -8,6 +8,7 @@ in `snp.verify` and `snp.reference`.
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -123,6 +124,11 @@ class TcbVersion:
 
     @classmethod
     def from_bytes(cls, data: bytes, layout: TcbLayout) -> TcbVersion:
+        """The TCB_VERSION in `data` (8 bytes) decoded with `layout`."""
+        return _tcb_version(bytes(data), layout)
+
+    @classmethod
+    def _decode(cls, data: bytes, layout: TcbLayout) -> TcbVersion:
         if len(data) != TCB_SIZE:
             raise MalformedEvidence(
                 Reason.MALFORMED_REPORT, f"a TCB_VERSION is {TCB_SIZE} bytes, got {len(data)}"
@@ -287,6 +293,9 @@ class SigningKey(IntEnum):
         return self.name.lower()
 
 
+_SIGNING_KEY_VALUES = frozenset(key.value for key in SigningKey)
+
+
 class SignerInfo(int):
     """The u32 at 0x48: AUTHOR_KEY_EN (bit 0), MASK_CHIP_KEY (bit 1), SIGNING_KEY (bits 4:2)."""
 
@@ -303,7 +312,7 @@ class SignerInfo(int):
             raise MalformedEvidence(
                 Reason.MALFORMED_REPORT, f"signer info {value:#x} sets reserved bits 31:5"
             )
-        if (value >> 2) & 0b111 not in {key.value for key in SigningKey}:
+        if (value >> 2) & 0b111 not in _SIGNING_KEY_VALUES:
             raise MalformedEvidence(
                 Reason.MALFORMED_REPORT,
                 f"signer info {value:#x} names reserved signing key {(value >> 2) & 0b111}",
@@ -321,6 +330,15 @@ class SignerInfo(int):
     @property
     def signing_key(self) -> SigningKey:
         return SigningKey((self >> 2) & 0b111)
+
+
+@functools.lru_cache(maxsize=256)
+def _tcb_version(data: bytes, layout: TcbLayout) -> TcbVersion:
+    """Decoded TCB versions kept by their 8 bytes and layout (every byte the decoding reads).
+
+    A fleet reports a handful of them, four in every report, and the value is frozen.
+    """
+    return TcbVersion._decode(data, layout)
 
 
 @dataclass(frozen=True)
@@ -431,7 +449,7 @@ class Report:
         if version < MITIGATION_VECTORS_SINCE_VERSION:
             reserved.append((_LAUNCH_MIT_VECTOR, _MIT_VECTORS_END))
         for start, end in reserved:
-            if any(data[start:end]):
+            if data.count(0, start, end) != end - start:
                 raise MalformedEvidence(
                     Reason.MALFORMED_REPORT,
                     f"reserved bytes {start:#x}..{end - 1:#x} of a version {version} report"

@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from contrast.attestation import certificates
 from contrast.attestation.errors import MalformedEvidence, Reason, VerificationFailed
+from contrast.attestation.memo import IdentityMemo
 from contrast.attestation.snp import endorsement as endorsements
 from contrast.attestation.snp.endorsement import Endorsement
 from contrast.attestation.snp.report import (
@@ -34,7 +35,7 @@ from contrast.attestation.snp.report import (
     Report,
     SigningKey,
 )
-from contrast.attestation.snp.trust import AmdRootStore
+from contrast.attestation.snp.trust import AmdRootStore, ProductRoots
 
 _CACHE_SIZE = 1024
 
@@ -82,38 +83,23 @@ def verify_evidence(
     VerificationFailed with the reason code of the first failing check.
     """
     parsed = Report.from_bytes(report, product=product)
-    leaf, given_intermediates, given_arks = _split_chain(chain)
-    kind, certificate_product = _leaf_identity(leaf)
-    resolved = _resolve_product(parsed, product, certificate_product)
+    given = _given_chain(chain)
+    kind = given.kind
+    resolved = _resolve_product(parsed, product, given.product_name)
     if parsed.cpuid is None and parsed.tcb_layout is not resolved.tcb_layout:
         parsed = Report.from_bytes(report, product=resolved)
     _check_signing_key(parsed, kind)
 
     product_roots = roots.require(resolved)
-    ark = product_roots.ark
-    for given in given_arks:
-        if not certificates.same_certificate(given, ark):
-            raise VerificationFailed(
-                Reason.UNTRUSTED_ROOT,
-                f"the ARK given ({certificates.common_name(given.subject)}) is not the trusted"
-                f" {roots.name} ARK for {resolved.value}",
-            )
-    _self_signed(ark)
-    pinned = product_roots.asvk if kind is SigningKey.VLEK else product_roots.ask
-    intermediate = _chain_leaf(
-        leaf,
-        ark=ark,
-        pinned=pinned,
-        given=given_intermediates,
-        kind=kind,
-        product=resolved,
-        roots_name=roots.name,
-    )
+    trusted = _trusted_chains.get(product_roots, *chain)
+    if trusted is None:
+        trusted = _trust_chain(given, product_roots, product=resolved, roots_name=roots.name)
+        _trusted_chains.put(trusted, product_roots, *chain)
+    leaf, intermediate, ark = given.leaf, trusted.intermediate, product_roots.ark
 
     for certificate, what in ((ark, "ARK"), (intermediate, "ASK/ASVK"), (leaf, kind.name)):
         certificates.check_validity(certificate, now, what=f"the {what}")
 
-    endorsement = _endorsement(leaf)
     if crl is not None:
         certificates.verify_crl(crl, ark, now, what="the AMD CRL")
         certificates.check_not_revoked(crl, intermediate, what="the ASK/ASVK")
@@ -122,10 +108,71 @@ def verify_evidence(
         if certificates.serial_number(leaf) != 0:
             certificates.check_not_revoked(crl, leaf, what=f"the {kind.name}")
 
-    _check_chip_id(parsed, endorsement)
-    _check_tcb(parsed, endorsement)
+    _check_chip_id(parsed, trusted.endorsement)
+    _check_tcb(parsed, trusted.endorsement)
     _check_signature(report, parsed, leaf, kind)
-    return VerifiedReport(parsed, endorsement, resolved)
+    return VerifiedReport(parsed, trusted.endorsement, resolved)
+
+
+@dataclass(frozen=True)
+class _GivenChain:
+    """What the certificates given with a report say before anything is trusted."""
+
+    leaf: x509.Certificate
+    intermediates: list[x509.Certificate]
+    arks: list[x509.Certificate]
+    kind: SigningKey
+    product_name: str | None
+
+
+@dataclass(frozen=True)
+class _TrustedChain:
+    """A leaf found to chain to a product's ARK: through which intermediate, and its facts."""
+
+    intermediate: x509.Certificate
+    endorsement: Endorsement
+
+
+# Keyed by the certificate objects given (see contrast.attestation.memo): the loaders hand out
+# one object per distinct certificate, so a known chip's chain is looked up, not re-read.
+_given_chains: IdentityMemo[_GivenChain] = IdentityMemo(_CACHE_SIZE)
+_trusted_chains: IdentityMemo[_TrustedChain] = IdentityMemo(_CACHE_SIZE)
+
+
+def _given_chain(chain: Sequence[x509.Certificate]) -> _GivenChain:
+    given = _given_chains.get(*chain)
+    if given is None:
+        leaf, intermediates, arks = _split_chain(chain)
+        kind, product_name = _leaf_identity(leaf)
+        given = _GivenChain(leaf, intermediates, arks, kind, product_name)
+        _given_chains.put(given, *chain)
+    return given
+
+
+def _trust_chain(
+    given: _GivenChain, product_roots: ProductRoots, *, product: Product, roots_name: str
+) -> _TrustedChain:
+    """Check the given chain against the product's roots (raises unless it holds)."""
+    ark = product_roots.ark
+    for given_ark in given.arks:
+        if not certificates.same_certificate(given_ark, ark):
+            raise VerificationFailed(
+                Reason.UNTRUSTED_ROOT,
+                f"the ARK given ({certificates.common_name(given_ark.subject)}) is not the"
+                f" trusted {roots_name} ARK for {product.value}",
+            )
+    _self_signed(ark)
+    pinned = product_roots.asvk if given.kind is SigningKey.VLEK else product_roots.ask
+    intermediate = _chain_leaf(
+        given.leaf,
+        ark=ark,
+        pinned=pinned,
+        given=given.intermediates,
+        kind=given.kind,
+        product=product,
+        roots_name=roots_name,
+    )
+    return _TrustedChain(intermediate, _endorsement(given.leaf))
 
 
 def _split_chain(

@@ -44,6 +44,7 @@ from contrast.attestation.errors import (
     Reason,
     VerificationFailed,
 )
+from contrast.attestation.memo import IdentityMemo
 from contrast.attestation.tdx.pck import PckExtension
 from contrast.attestation.tdx.quote import Quote
 from contrast.attestation.tdx.tcbstatus import (
@@ -67,11 +68,9 @@ _T = TypeVar("_T")
 _MEMO_SIZE = 64
 _memo_lock = threading.Lock()
 _verified_documents: OrderedDict[bytes, x509.Certificate] = OrderedDict()
-_crl_issuers: OrderedDict[int, tuple[x509.CertificateRevocationList, bytes]] = OrderedDict()
+_crl_issuers: IdentityMemo[bytes] = IdentityMemo(_MEMO_SIZE)
 _subjects: OrderedDict[x509.Certificate, bytes] = OrderedDict()
-_verified_crls: OrderedDict[int, tuple[x509.CertificateRevocationList, x509.Certificate]] = (
-    OrderedDict()
-)
+_verified_crls: IdentityMemo[bool] = IdentityMemo(_MEMO_SIZE)
 _HEX = re.compile(rb"[0-9a-fA-F\s]+")
 
 
@@ -650,20 +649,15 @@ def _verify_crl(
 ) -> None:
     """`verify_crl`, skipping the signature for a CRL object already verified with `issuer`.
 
-    The memo holds the CRL object itself, so its id cannot be reused by another object while
-    the entry exists; the validity window is checked on every call.
+    The memo is keyed by the CRL and issuer objects (see contrast.attestation.memo); the
+    validity window is checked on every call.
     """
-    with _memo_lock:
-        entry = _verified_crls.get(id(crl))
-    if entry is not None and entry[0] is crl and entry[1] == issuer:
+    if _verified_crls.get(crl, issuer):
         next_update = crl.next_update_utc
         if crl.last_update_utc <= now and (next_update is None or now <= next_update):
             return
     verify_crl(crl, issuer, now, what=what, expired_reason=expired_reason)
-    with _memo_lock:
-        _verified_crls[id(crl)] = (crl, issuer)
-        while len(_verified_crls) > _MEMO_SIZE:
-            _verified_crls.popitem(last=False)
+    _verified_crls.put(True, crl, issuer)
 
 
 def _check_window(
@@ -722,24 +716,22 @@ def _issued_by(crl: x509.CertificateRevocationList, certificate: x509.Certificat
     """Whether the CRL's issuer name is the certificate's subject (names compared as DER).
 
     `cryptography` builds new `Name` objects on every access; the DER of both names is
-    remembered (the CRL by identity, held in the entry) because every quote asks again.
+    remembered (the CRL by identity, see contrast.attestation.memo) because every quote asks
+    again.
     """
+    issuer = _crl_issuers.get(crl)
     with _memo_lock:
-        entry = _crl_issuers.get(id(crl))
         subject = _subjects.get(certificate)
-    if entry is None or entry[0] is not crl:
-        entry = (crl, crl.issuer.public_bytes())
-        with _memo_lock:
-            _crl_issuers[id(crl)] = entry
-            while len(_crl_issuers) > _MEMO_SIZE:
-                _crl_issuers.popitem(last=False)
+    if issuer is None:
+        issuer = crl.issuer.public_bytes()
+        _crl_issuers.put(issuer, crl)
     if subject is None:
         subject = certificate.subject.public_bytes()
         with _memo_lock:
             _subjects[certificate] = subject
             while len(_subjects) > _MEMO_SIZE:
                 _subjects.popitem(last=False)
-    return entry[1] == subject
+    return issuer == subject
 
 
 def _masked_equal(value: bytes, mask: bytes, expected: bytes) -> bool:
