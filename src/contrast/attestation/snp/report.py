@@ -87,8 +87,10 @@ class Product(StrEnum):
     @classmethod
     def from_name(cls, name: str) -> Product | None:
         """The product of a VCEK productName such as "Milan-B0" or "Genoa" (None: unknown)."""
-        base = name.split("-", 1)[0]
-        return next((product for product in cls if product.value == base), None)
+        try:
+            return cls(name.split("-", 1)[0])
+        except ValueError:
+            return None
 
     @property
     def tcb_layout(self) -> TcbLayout:
