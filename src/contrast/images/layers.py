@@ -27,6 +27,7 @@ from contrast.images.model import ImageError
 from contrast.images.streams import (
     CHUNK_SIZE,
     DigestingReader,
+    ForwardFile,
     GunzipReader,
     Prefetching,
     Readable,
@@ -39,8 +40,6 @@ WHITEOUT_PREFIX = ".wh."
 OPAQUE_MARKER = ".wh..wh..opq"
 # User databases are small; a bound keeps a hostile layer from filling memory.
 MAX_FILE_SIZE = 16 * 1024 * 1024
-# tarfile's stream mode reads its input in pieces of this size.
-_TAR_BUFFER = 64 * 1024
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -179,13 +178,10 @@ def read_layer(
     uncompressed = DigestingReader(tar_stream, diff_id, f"uncompressed {what} (diff_id)")
     scan = _LayerScan(what)
     try:
-        with tarfile.open(
-            fileobj=cast(IO[bytes], uncompressed),
-            mode="r|",
-            bufsize=_TAR_BUFFER,
-        ) as tar:
-            # Stream mode still appends every header to this (undocumented) list; emptying it
-            # keeps memory flat in the number of entries, too.
+        tar_file = ForwardFile(uncompressed, what)
+        with tarfile.open(fileobj=cast(IO[bytes], tar_file), mode="r:") as tar:
+            # Reading still appends every header to this (undocumented) list; emptying it keeps
+            # memory flat in the number of entries, too.
             headers: list[tarfile.TarInfo] = tar.members  # type: ignore[attr-defined]
             while (member := tar.next()) is not None:
                 scan.entry(tar, member)

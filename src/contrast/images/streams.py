@@ -12,13 +12,19 @@ import queue
 import threading
 import zlib
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, cast
+
+from zlib_ng import zlib_ng
 
 from contrast.images.model import ImageError
 
 CHUNK_SIZE = 256 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
+
+
+# zlib-ng's stub declares `error` as an instance; at run time it is the module's exception class.
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, cast(type[Exception], zlib_ng.error))
 
 
 class Readable(Protocol):
@@ -98,7 +104,7 @@ class GunzipReader:
     def __init__(self, source: Readable, what: str) -> None:
         self._source = source
         self._what = what
-        self._inflater = zlib.decompressobj(_GZIP_WBITS)
+        self._inflater = zlib_ng.decompressobj(_GZIP_WBITS)
         self._input = b""
         self._output = b""
         self._offset = 0
@@ -128,7 +134,7 @@ class GunzipReader:
                     return False
                 if not rest.startswith(_GZIP_MAGIC[: len(rest)]):
                     raise ImageError(f"{self._what} has trailing data after its gzip stream")
-                inflater = self._inflater = zlib.decompressobj(_GZIP_WBITS)
+                inflater = self._inflater = zlib_ng.decompressobj(_GZIP_WBITS)
                 self._input = rest
             data = inflater.unconsumed_tail or self._input
             self._input = b""
@@ -138,7 +144,7 @@ class GunzipReader:
                     raise ImageError(f"{self._what} ends in the middle of its gzip stream")
             try:
                 output = inflater.decompress(data, CHUNK_SIZE)
-            except zlib.error as error:
+            except _INFLATE_ERRORS as error:
                 raise ImageError(f"{self._what} is not valid gzip: {error}") from None
             if output:
                 self._output = output
@@ -203,3 +209,65 @@ class Prefetching:
     def close(self) -> None:
         self._stop.set()
         self._thread.join()
+
+
+class ForwardFile:
+    """A stream as a file that seeks forward only: tarfile's random-access mode over a pipe.
+
+    In stream mode tarfile skips a member's data in `bufsize` reads, each copied through its
+    own buffer; with `seek` and `tell` it asks for the next header directly, and skipping here
+    only moves through the chunks the source hands out (every byte is still read from it, so a
+    digesting source still hashes all of them). A backward seek, which tarfile's sequential
+    reading never makes, is refused rather than served wrongly.
+    """
+
+    def __init__(self, source: Readable, what: str) -> None:
+        self._source = source
+        self._what = what
+        self._chunk = b""
+        self._offset = 0  # into _chunk
+        self._position = 0  # of the stream
+        self._ended = False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, position: int, whence: int = 0, /) -> int:
+        if whence != 0 or position < self._position:
+            raise ImageError(f"{self._what}: the tar reader seeks backward, which a stream cannot")
+        to_skip = position - self._position
+        while to_skip:
+            available = len(self._chunk) - self._offset
+            if not available and not self._refill():
+                break  # past the end: the next read returns nothing, as for a file
+            step = min(to_skip, len(self._chunk) - self._offset)
+            self._offset += step
+            self._position += step
+            to_skip -= step
+        return self._position
+
+    def read(self, size: int = -1, /) -> bytes:
+        """`size` bytes, fewer only at the end (file semantics; tarfile relies on them)."""
+        parts = []
+        wanted = size if size is not None and size >= 0 else None
+        while wanted is None or wanted > 0:
+            if self._offset == len(self._chunk) and not self._refill():
+                break
+            end = (
+                len(self._chunk) if wanted is None else min(len(self._chunk), self._offset + wanted)
+            )
+            parts.append(self._chunk[self._offset : end])
+            taken = end - self._offset
+            self._offset = end
+            self._position += taken
+            if wanted is not None:
+                wanted -= taken
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _refill(self) -> bool:
+        if self._ended:
+            return False
+        self._chunk = self._source.read(CHUNK_SIZE)
+        self._offset = 0
+        self._ended = not self._chunk
+        return not self._ended
