@@ -149,6 +149,25 @@ def test_a_rolled_back_head_stops_every_replica_from_issuing(
             certificate(deployment, coordinator, "client")
 
 
+def test_a_head_that_differs_in_any_one_byte_is_not_taken_for_the_verified_one(
+    deployment: Deployment, new_store: StoreFactory
+) -> None:
+    """A replica skips parsing and checking a head whose bytes equal the one it verified: a
+    change of any single byte must miss that comparison and be refused, and the original head
+    must be served again once restored."""
+    first, _ = replicas(deployment, new_store)
+    store = new_store()
+    head = store.get("transitions/latest")
+    assert head is not None
+    for index in range(len(head)):
+        changed = head[:index] + bytes([head[index] ^ 0x01]) + head[index + 1 :]
+        store.compare_and_swap("transitions/latest", head, changed)
+        with pytest.raises(StoredStateDamaged):
+            certificate(deployment, first, "web")
+        store.compare_and_swap("transitions/latest", changed, head)
+        certificate(deployment, first, "web")
+
+
 def handover_evidence(deployment: Deployment, coordinator: Coordinator, name: str) -> None:
     key = x25519.X25519PrivateKey.generate()
     public_key = public_key_der(key.public_key())

@@ -189,6 +189,14 @@ class History:
     def has_latest(self) -> bool:
         return self.store.get(LATEST_KEY) is not None
 
+    def latest_bytes(self) -> bytes | None:
+        """The head exactly as stored, unparsed and unverified.
+
+        For a replica that compares it with the head it verified: equal bytes are that head (the
+        comparison covers every byte read), anything else takes the full, verified path.
+        """
+        return self.store.get(LATEST_KEY)
+
     def get_latest_unverified(self) -> LatestTransition | None:
         """The head without its signature checked: only to decide that recovery is needed."""
         data = self.store.get(LATEST_KEY)
