@@ -125,3 +125,41 @@ def test_each_leaf_names_its_own_authority(authority: CertificateAuthority) -> N
         for ca in (authority, other)
     )
     assert own != others  # so the loop above would notice a key id carried over
+
+
+def san_strings(leaf: x509.Certificate) -> list[str]:
+    extension = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+    return [str(name.value) for name in extension.value]
+
+
+def test_san_lists_that_differ_in_one_character_each_get_their_own_names(
+    authority: CertificateAuthority,
+) -> None:
+    """The X.509 form of a SAN list is memoised by the whole list: any change is a miss."""
+    lists = [
+        ["web", "10.0.0.1"],
+        ["web", "10.0.0.2"],
+        ["wex", "10.0.0.2"],
+        ["web", "10.0.0.2", "spiffe://x"],
+        ["web"],
+    ]
+    for _ in range(2):  # the second round is served from the memo
+        for sans in lists:
+            assert san_strings(leaf_for(authority, sans)) == sans
+
+
+def test_each_authority_issues_under_its_own_name_and_key(
+    authority: CertificateAuthority, tmp_path: Path
+) -> None:
+    """Per-CA constants (issuer, authority key identifier, PEM forms) belong to that CA only."""
+    other = CertificateAuthority.create(
+        ec.generate_private_key(ec.SECP384R1()), ec.generate_private_key(ec.SECP384R1()), now=NOW
+    )
+    for ca in (authority, other, authority):
+        leaf = leaf_for(ca, ["web"])
+        identifier = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value
+        expected = x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.mesh_key.public_key())
+        assert identifier == expected
+        assert "leaf.pem: OK" in openssl_verify(tmp_path, ca.mesh_ca_pem, leaf)
+    assert other.mesh_ca_pem != authority.mesh_ca_pem
+    assert other.root_pem != authority.root_pem
