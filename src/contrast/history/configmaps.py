@@ -11,6 +11,8 @@ only thing that makes the corresponding operation safe:
 - a GET without `resourceVersion` returns the most recent state (a quorum read), so reading the
   head before each certificate cannot see a superseded one
   (https://kubernetes.io/docs/reference/using-api/api-concepts/#semantics-for-get-and-list);
+  concurrent GETs of one key share one sent after each caller asked (`SharedReads`), which
+  keeps that guarantee;
 - a PUT that carries the `resourceVersion` the writer read fails with 409 Conflict when the object
   changed since: optimistic concurrency, our compare-and-swap of the head
   (https://kubernetes.io/docs/reference/using-api/api-concepts/#resource-versions and the API
@@ -37,6 +39,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from contrast.history.errors import ConcurrentUpdate, EntryTooLarge, HistoryError
+from contrast.history.shared import SharedReads
 from contrast.history.store import check_key, check_kind
 
 NAME_PREFIX = "contrast-store-"
@@ -68,11 +71,17 @@ class ConfigMapStore:
             raise HistoryError(f"{namespace!r} is not a Kubernetes namespace name")
         self._api = api
         self.namespace = namespace
+        # Every replica GETs the head before each certificate; overlapping GETs are shared
+        # (never one sent before the caller asked: `contrast.history.shared`).
+        self._reads: SharedReads[bytes | None] = SharedReads(self._get_unshared)
 
     def describe(self, key: str) -> str:
         return f"ConfigMap {self.namespace}/{object_name(key)}"
 
     def get(self, key: str) -> bytes | None:
+        return self._reads.read(key)
+
+    def _get_unshared(self, key: str) -> bytes | None:
         found = self._read(key)
         return None if found is None else found[0]
 
