@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import zlib
 
 import pytest
 from hypothesis import given
@@ -13,9 +14,11 @@ from hypothesis import strategies as st
 from contrast.policy.initdata import (
     Initdata,
     InitdataError,
+    PolicyEncoder,
     decode_annotation,
     digest,
     encode_annotation,
+    encode_policy,
     policy_hash,
 )
 
@@ -92,3 +95,58 @@ def test_any_annotation_text_gives_toml_or_initdata_error(value: str) -> None:
     except InitdataError:
         return
     assert len(toml) <= 16 * 1024 * 1024
+
+
+RULES = POLICY * 50 + "\npolicy_data := "
+
+
+@given(st.text(max_size=300))
+def test_policy_encoder_writes_what_encoding_from_scratch_writes(data: str) -> None:
+    # From scratch means the TOML read back for its algorithm, as before the encoder existed.
+    encoder = PolicyEncoder(RULES)
+    for policy in (RULES + data, RULES + "{\n" + data + "\n}", data):
+        encoded = encoder.encode(policy)
+        toml = Initdata({"policy.rego": policy}).to_toml()
+        assert encoded == (toml, encode_annotation(toml), policy_hash(toml))
+        assert encoded == encode_policy(policy)
+
+
+@pytest.mark.parametrize(
+    "rest",
+    [
+        "",  # the rules alone
+        "'",  # ends with a quote: a basic string
+        "''x",  # `'''` across the seam with the rules' end
+        "{\r\n}",  # a carriage return: a basic string
+        "x\x01y",  # a control character
+        "a'''b",  # the literal's delimiter inside
+        "é\n" * 5000,  # long, beyond one deflate block
+    ],
+)
+def test_policy_encoder_at_the_edges_of_the_literal_form(rest: str) -> None:
+    rules = RULES + "'"  # ends with a quote, so `''x` closes a `'''` across the seam
+    encoded = PolicyEncoder(rules).encode(rules + rest)
+    toml = Initdata({"policy.rego": rules + rest}).to_toml()
+    assert encoded == (toml, encode_annotation(toml), policy_hash(toml))
+    assert Initdata.from_toml(encoded.toml).policy == rules + rest
+
+
+@given(st.binary(min_size=1, max_size=20000), st.integers(min_value=0, max_value=20000))
+def test_deflate_writes_the_same_bytes_however_the_input_is_split(data: bytes, at: int) -> None:
+    # What PolicyEncoder relies on: no flush between the parts, so the same stream.
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = deflate.compress(data[:at])
+    rest = deflate.copy()  # as PolicyEncoder continues: from a copy of the state
+    split = first + rest.compress(data[at:]) + rest.flush()
+    assert split == zlib.compress(data, level=9, wbits=-15)
+
+
+@pytest.mark.parametrize("at", [1, 32767, 32768, 32769, 65536 + 258, 150001])
+def test_deflate_split_beyond_the_window(at: int) -> None:
+    # Compressible text longer than deflate's 32 KiB window, split around its edges.
+    words = [hashlib.sha256(bytes([i])).hexdigest()[: i % 13 + 1] for i in range(256)]
+    data = " ".join(words[(i * i + 7 * i) % 256] for i in range(60000)).encode()
+    deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
+    first = deflate.compress(data[:at])
+    rest = deflate.copy()
+    assert first + rest.compress(data[at:]) + rest.flush() == zlib.compress(data, 9, wbits=-15)

@@ -18,7 +18,7 @@ from contrast.kuberesource.workloads import Workload
 from contrast.policy.containers import PodFacts, container_policy
 from contrast.policy.env import ConfigSources, EnvContext
 from contrast.policy.generation_errors import PolicyGenerationError
-from contrast.policy.initdata import Initdata, encode_annotation, policy_hash
+from contrast.policy.initdata import PolicyEncoder
 from contrast.policy.mounts import normalized_storage
 from contrast.policy.sandbox import sandbox_name_regex
 from contrast.policy.settings import ASSETS, Settings, default_settings
@@ -49,6 +49,8 @@ REQUEST_DEFAULT_KEYS = (
     "GetDiagnosticDataRequest",
 )
 CLUSTER_CONFIG_KEYS = ("pause_container_image", "guest_pull", "emptydir_type")
+# Between the rules and the data in every policy text.
+POLICY_DATA = "\npolicy_data := "
 
 
 def default_rules() -> str:
@@ -118,6 +120,14 @@ class PolicyGenerator:
     def __init__(self, rules: str, settings: Settings) -> None:
         self.rules = rules
         self.settings = settings
+        self._encoder: PolicyEncoder | None = None
+
+    @property
+    def encoder(self) -> PolicyEncoder:
+        """Encodes this generator's policies, the shared rules once (made on first use)."""
+        if self._encoder is None:
+            self._encoder = PolicyEncoder(self.rules + POLICY_DATA)
+        return self._encoder
 
     def required_images(self, workload: Workload) -> set[str]:
         """The image strings whose facts `generate` needs: every container's and the pause image."""
@@ -200,12 +210,12 @@ class PolicyGenerator:
         config_resources: Sequence[Mapping[str, Any]] = (),
     ) -> GeneratedPolicy:
         data = self.policy_data(workload, images, config_resources)
-        text = self.rules + "\npolicy_data := " + json.dumps(data, indent=2, ensure_ascii=False)
-        toml = Initdata({"policy.rego": text}).to_toml()
+        text = self.rules + POLICY_DATA + json.dumps(data, indent=2, ensure_ascii=False)
+        encoded = self.encoder.encode(text)
         return GeneratedPolicy(
             policy_text=text,
-            initdata_toml=toml,
-            annotation=encode_annotation(toml),
-            policy_hash=policy_hash(toml).hex(),
+            initdata_toml=encoded.toml,
+            annotation=encoded.annotation,
+            policy_hash=encoded.policy_hash.hex(),
             policy_data=data,
         )
