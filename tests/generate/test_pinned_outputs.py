@@ -1,0 +1,105 @@
+"""What generate writes, pinned: the examples' YAML and policies must not change by accident.
+
+Speed work on `generate` (issue 14: the JSON and initdata encoding, worker processes, the YAML
+reading and writing) must leave every byte as it was. So the resources written for the seeds'
+examples and for a few bench-like Deployments, and the manifest's policies, are hashed here
+against the digests the tree wrote before that work (keys and reference values are not pinned:
+they differ per workspace). A change on purpose (new rules, settings, an injected field) updates
+the digest: the failure prints the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.generate.conftest import GenerateWorkspace
+
+# example → (platform, sha256 of the resources and the manifest's policies after generate)
+PINNED = {
+    "sidecar-tls": (
+        "emulated-snp",
+        "530ba8ce3e34623be2adb2288a73ae341bce51f35bc06050b2ced77fa14ba7bd",
+    ),
+    "kustomize-app": (
+        "emulated-tdx",
+        "9fe6521a35512d4adef0d22db0356334b0faa7b443be0b5bad1c27c713243fe6",
+    ),
+    "multi-runtime": (
+        "metal-qemu-snp",
+        "71eb30c08e4d6de3696d0741c581953485a28b298b494d19464cd94452ac6463",
+    ),
+    "gpu": (
+        "metal-qemu-snp-gpu",
+        "3e030b8345e78b0379cd4064d4ff9dedc8f6670b6c50e7c95275f975f1ce699c",
+    ),
+    "deployments": (
+        "emulated-snp",
+        "b3ab906da6587b702b942e45cf8aaf0c58dc06dfc390d45e695d06ab2aadca29",
+    ),
+}
+
+
+def _deployment(index: int) -> str:
+    return f"""apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: service-{index}
+  namespace: bench
+spec:
+  replicas: 2
+  selector:
+    matchLabels:
+      app: service-{index}
+  template:
+    metadata:
+      labels:
+        app: service-{index}
+      annotations:
+        contrast.edgeless.systems/servicemesh-ingress: "api#8080#false"
+    spec:
+      runtimeClassName: contrast-cc
+      containers:
+        - name: service
+          image: ghcr.io/example/frontend:1.4.2
+          args: ["--port", "8080", "--replica", "{index}"]
+          env:
+            - name: SERVICE_INDEX
+              value: "{index}"
+"""
+
+
+def _digest(workspace: GenerateWorkspace) -> str:
+    hashed = hashlib.sha256()
+    for path in sorted(workspace.resources.rglob("*")):
+        if path.is_file():
+            hashed.update(str(path.relative_to(workspace.root)).encode() + b"\0")
+            hashed.update(path.read_bytes() + b"\0")
+    policies = json.loads((workspace.root / "manifest.json").read_text())["Policies"]
+    hashed.update(json.dumps(policies, sort_keys=True).encode())
+    return hashed.hexdigest()
+
+
+@pytest.mark.parametrize(("example", "pinned"), PINNED.items(), ids=PINNED.keys())
+def test_generate_writes_the_pinned_bytes(
+    workspace: GenerateWorkspace,
+    capsys: pytest.CaptureFixture[str],
+    example: str,
+    pinned: tuple[str, str],
+) -> None:
+    platform, digest = pinned
+    if example == "deployments":
+        workspace.resources.mkdir(parents=True)
+        for index in range(20):
+            Path(workspace.resources / f"service-{index}.yml").write_text(_deployment(index))
+    else:
+        workspace.add_example(example)
+    workspace.add_coordinator(platform)
+    arguments = ("--reference-values", platform, str(workspace.resources))
+    assert workspace.generate(*arguments) == 0
+    written = _digest(workspace)
+    assert written == digest, f"generate writes other bytes than before: {written}"
+    capsys.readouterr()
