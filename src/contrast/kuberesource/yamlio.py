@@ -88,6 +88,9 @@ class ResourceFile:
     # Read by `yamlfast` (plain dicts): a document is parsed with ruamel only when it changes.
     plain: bool = False
     _round_trips: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
+    # The text a worker process wrote for this file (`dumped()` there, `adopt()` here), keyed by
+    # the content it was written for.
+    _adopted: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_stdio(self) -> bool:
@@ -103,12 +106,18 @@ class ResourceFile:
 
     def changed_documents(self) -> list[int]:
         """Indices of the documents whose content differs from what was read."""
+        return self._changed(self._fingerprints())
+
+    def _fingerprints(self) -> list[str]:
+        return [_fingerprint(document) for document in self.documents]
+
+    def _changed(self, fingerprints: Sequence[str]) -> list[int]:
         return [
             index
-            for index, (document, source) in enumerate(
-                zip(self.documents, self._sources, strict=True)
+            for index, (fingerprint, source) in enumerate(
+                zip(fingerprints, self._sources, strict=True)
             )
-            if _fingerprint(document) != source.fingerprint
+            if fingerprint != source.fingerprint
         ]
 
     @property
@@ -149,9 +158,30 @@ class ResourceFile:
 
     def dump(self) -> str:
         """The stream as text: unchanged documents verbatim, changed ones re-serialised."""
-        changed = set(self.changed_documents())
+        return self.dumped()[1]
+
+    def dumped(self) -> tuple[str, str]:
+        """`dump()`, and a digest of the content it is the text of (for `adopt`)."""
+        fingerprints = self._fingerprints()
+        changed = set(self._changed(fingerprints))
         if not changed:
-            return self.text
+            return "", self.text
+        joined = "\0".join(fingerprints).encode("utf-8", "surrogatepass")
+        content = hashlib.sha256(joined).hexdigest()
+        adopted = self._adopted.get(content)
+        return content, adopted if adopted is not None else self._serialise(changed)
+
+    def adopt(self, content: str, text: str) -> None:
+        """Take `text` as `dump()`'s, made by a worker process that had the same content.
+
+        The worker made the round-trip edits and serialised; this process has only the plain
+        documents. The text is used only while the content is `content` (see `dumped()`).
+        """
+        if content:
+            self._adopted.clear()
+            self._adopted[content] = text
+
+    def _serialise(self, changed: set[int]) -> str:
         parts = []
         for index, source in enumerate(self._sources):
             if index in changed:

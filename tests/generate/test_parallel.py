@@ -1,0 +1,136 @@
+"""generate on all cores writes what it writes in one process, byte for byte (issue 14).
+
+Policies and the ruamel round trips of changed documents run in forked workers
+(`contrast.generate.parallel`); their results come back in input order. Twin workspaces (same
+keys, same emulated TEE) generate the same workloads with `CONTRAST_PROCESSES=2` and `=1`, a first
+run and a re-run after the rules changed, and every file must be the same.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from contrast.generate import parallel
+from tests.generate.conftest import GenerateWorkspace
+
+WORKLOADS = 2 * parallel.MINIMUM_ITEMS
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {
+        str(path.relative_to(root)): path.read_bytes()
+        for path in sorted(root.rglob("*"))
+        if path.is_file()
+    }
+
+
+def _deployment(index: int) -> str:
+    image = ("ghcr.io/example/frontend:1.4.2", "ghcr.io/example/ledger:2.0.0")[index % 2]
+    return f"""# service {index}: comments and quotes stay as they were
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: service-{index}
+spec:
+  selector:
+    matchLabels: {{app: service-{index}}}
+  template:
+    metadata:
+      labels:
+        app: service-{index}
+    spec:
+      runtimeClassName: contrast-cc
+      containers:
+        - name: service
+          image: {image}
+          args: ["--replica", "{index}"]  # flow style, double quotes
+          env:
+            - name: INDEX
+              value: '{index}'
+"""
+
+
+def _add_workloads(workspace: GenerateWorkspace) -> None:
+    workspace.resources.mkdir(parents=True, exist_ok=True)
+    for index in range(WORKLOADS):
+        (workspace.resources / f"service-{index}.yml").write_text(_deployment(index))
+
+
+def test_map_in_processes_keeps_the_order_and_uses_workers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(parallel.ENVIRONMENT, "2")
+    items = list(range(3 * parallel.MINIMUM_ITEMS))
+    answers = parallel.map_in_processes(lambda item: (item * item, os.getpid()), items)
+    assert [square for square, _ in answers] == [item * item for item in items]
+    assert os.getpid() not in {pid for _, pid in answers}, "nothing ran in a worker"
+
+
+def test_map_in_processes_one_process_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.ENVIRONMENT, "1")
+    items = list(range(3 * parallel.MINIMUM_ITEMS))
+    assert set(parallel.map_in_processes(lambda _: os.getpid(), items)) == {os.getpid()}
+
+
+def test_an_error_in_a_worker_is_raised_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(parallel.ENVIRONMENT, "2")
+
+    def step(item: int) -> int:
+        if item == 7:
+            raise ValueError(f"item {item} in process {os.getpid()}")
+        return item
+
+    with pytest.raises(ValueError, match=f"item 7 in process {os.getpid()}$"):
+        parallel.map_in_processes(step, list(range(3 * parallel.MINIMUM_ITEMS)))
+
+
+def test_a_worker_that_dies_leaves_the_work_to_this_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv(parallel.ENVIRONMENT, "2")
+    parent = os.getpid()
+
+    def step(item: int) -> int:
+        if os.getpid() != parent:
+            os._exit(1)  # as if killed: the pool breaks
+        return item
+
+    items = list(range(3 * parallel.MINIMUM_ITEMS))
+    assert parallel.map_in_processes(step, items) == items
+
+
+def test_generate_on_all_cores_writes_what_one_process_writes(
+    workspace: GenerateWorkspace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _add_workloads(workspace)
+    workspace.add_coordinator("emulated-snp")
+    arguments = ("--reference-values", "emulated-snp", str(workspace.resources))
+    assert workspace.generate(*arguments) == 0  # keys and the emulated TEE, shared by the twins
+    twin = GenerateWorkspace(
+        workspace.root.parent / "twin", workspace.layout, workspace.reference_values
+    )
+    shutil.copytree(workspace.root, twin.root)
+    for target in (workspace, twin):  # back to the user's input
+        shutil.rmtree(target.resources)
+        _add_workloads(target)
+        target.add_coordinator("emulated-snp")
+        (target.root / "manifest.json").unlink()
+    twin_arguments = ("--reference-values", "emulated-snp", str(twin.resources))
+
+    for step in ("first run", "rules changed"):
+        if step == "rules changed":  # every annotation changes: the round trips read them
+            for target in (workspace, twin):
+                rules = target.root / "rules.rego"
+                rules.write_text(rules.read_text() + "\n# changed\n")
+        monkeypatch.setenv(parallel.ENVIRONMENT, "2")
+        assert workspace.generate(*arguments) == 0
+        monkeypatch.setenv(parallel.ENVIRONMENT, "1")
+        assert twin.generate(*twin_arguments) == 0
+        assert _files(workspace.root) == _files(twin.root), step
+    capsys.readouterr()
