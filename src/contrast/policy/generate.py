@@ -8,7 +8,6 @@ the initdata's hash is what HOST_DATA / MRCONFIGID carry and what the manifest i
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -19,6 +18,7 @@ from contrast.policy.containers import PodFacts, container_policy
 from contrast.policy.env import ConfigSources, EnvContext
 from contrast.policy.generation_errors import PolicyGenerationError
 from contrast.policy.initdata import PolicyEncoder
+from contrast.policy.jsontext import dumps_indented
 from contrast.policy.mounts import normalized_storage
 from contrast.policy.sandbox import sandbox_name_regex
 from contrast.policy.settings import ASSETS, Settings, default_settings
@@ -210,7 +210,7 @@ class PolicyGenerator:
         config_resources: Sequence[Mapping[str, Any]] = (),
     ) -> GeneratedPolicy:
         data = self.policy_data(workload, images, config_resources)
-        text = self.rules + POLICY_DATA + json.dumps(data, indent=2, ensure_ascii=False)
+        text = self.rules + POLICY_DATA + dumps_indented(data, indent=2)
         encoded = self.encoder.encode(text)
         return GeneratedPolicy(
             policy_text=text,
