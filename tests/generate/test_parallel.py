@@ -134,3 +134,30 @@ def test_generate_on_all_cores_writes_what_one_process_writes(
         assert twin.generate(*twin_arguments) == 0
         assert _files(workspace.root) == _files(twin.root), step
     capsys.readouterr()
+
+
+def test_a_schema_error_among_many_is_the_one_a_single_process_reports(
+    workspace: GenerateWorkspace,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    _add_workloads(workspace)
+    workspace.add_coordinator("emulated-snp")
+    for index in (20, 25):  # two wrong ones: the first in the order of the files is reported
+        path = workspace.resources / f"service-{index}.yml"
+        wrong = "- name: service\n          tty: 'no'\n"  # a string where a boolean belongs
+        path.write_text(path.read_text().replace("- name: service\n", wrong))
+    before = _files(workspace.root)
+    errors = []
+    for processes in ("2", "1"):
+        monkeypatch.setenv(parallel.ENVIRONMENT, processes)
+        code = workspace.generate("--reference-values", "emulated-snp", str(workspace.resources))
+        assert code != 0
+        # The error line (a note about source builds comes once per process).
+        lines = capsys.readouterr().err.splitlines()
+        errors.append([line for line in lines if line.startswith("contrast:")])
+        assert _files(workspace.root) == before
+    assert errors[0] == errors[1]
+    (error,) = errors[0]
+    assert "service-20.yml" in error
+    assert "tty" in error

@@ -123,6 +123,20 @@ def check_all(resources: Iterable[tuple[Mapping[str, Any], str]]) -> None:
         check(resource, where)
 
 
+def prepare(resources: Iterable[Mapping[str, Any]]) -> None:
+    """Build the validators that checking `resources` needs, here and once.
+
+    For `generate`, before worker processes check the resources: they inherit them instead of
+    each loading the 5 MB definitions again.
+    """
+    from jsonschema.exceptions import best_match  # noqa: F401, PLC0415 - what check() imports
+
+    for resource in resources:
+        api_version, kind = resource.get("apiVersion"), resource.get("kind")
+        if isinstance(api_version, str) and isinstance(kind, str):
+            _validator(api_version, kind)
+
+
 def _path(parts: Iterable[Any]) -> str:
     text = ""
     for part in parts:
