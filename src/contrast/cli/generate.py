@@ -16,6 +16,7 @@ from contrast.platforms import PLATFORMS, by_name
 RULES = "rules.rego"
 SETTINGS = "settings.json"
 LAYERS_CACHE = "layers-cache.json"
+POLICY_CACHE = "policy-cache.json"  # policies of the last run (contrast.policy.cache)
 EMULATED_TEE = "emulated-tee"
 REFERENCE_VALUES = "reference-values.json"  # written by `contrast runtime build`
 STDIN = Path("-")
@@ -150,6 +151,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         rules=arguments.policy or workspace / RULES,
         settings=arguments.settings or workspace / SETTINGS,
         layers_cache=arguments.layers_cache or workspace / LAYERS_CACHE,
+        policy_cache=workspace / POLICY_CACHE,
         manifest=arguments.manifest or workspace / MANIFEST,
         workload_owner_keys=tuple(owners),
         seedshare_owner_keys=tuple(seedshares),

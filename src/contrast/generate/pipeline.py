@@ -39,6 +39,7 @@ from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
+from contrast.policy.cache import PolicyCache
 from contrast.policy.engine import PolicyLoadError, check_rules
 from contrast.policy.generate import PolicyGenerator, default_rules
 from contrast.policy.initdata import ANNOTATION
@@ -74,6 +75,8 @@ class Options:
     reference_values_file: Path | None = None
     output: Path | None = None
     progress: bool = False
+    # Policies of the previous run (policy/cache.py); None derives every policy.
+    policy_cache: Path | None = None
 
 
 @dataclass
@@ -305,15 +308,35 @@ def _policies(
     workloads_: Sequence[Workload],
     images: Mapping[str, ImageFacts],
     config_resources: Sequence[Mapping[str, Any]],
+    cache: PolicyCache | None,
 ) -> list[tuple[str, str]]:
-    """Each workload's (initdata annotation, policy hash), derived on all cores."""
+    """Each workload's (initdata annotation, policy hash): from the cache where the pod already
+    carries the annotation derived from the same inputs, else derived, on all cores."""
 
     def derive(workload: Workload) -> tuple[str, str]:
         policy = generator.generate(workload, images, config_resources)
         return policy.annotation, policy.policy_hash
 
-    generator.encoder  # noqa: B018 - made once here rather than in every worker
-    return parallel.map_in_processes(derive, workloads_)
+    found: dict[int, tuple[str, str]] = {}
+    keys: list[str] = []
+    if cache is not None:
+        for index, workload in enumerate(workloads_):
+            keys.append(cache.key(workload, images, generator.required_images(workload)))
+            annotation = workload.pod_annotation(ANNOTATION)
+            policy_hash = cache.lookup(keys[-1], annotation)
+            if policy_hash is not None and annotation is not None:
+                found[index] = (annotation, policy_hash)
+    missing = [workload for index, workload in enumerate(workloads_) if index not in found]
+    if missing:
+        generator.encoder  # noqa: B018 - made once here rather than in every worker
+    derived = iter(parallel.map_in_processes(derive, missing))
+    policies = [
+        found[index] if index in found else next(derived) for index in range(len(workloads_))
+    ]
+    if cache is not None:
+        for key, (annotation, policy_hash) in zip(keys, policies, strict=True):
+            cache.store(key, annotation, policy_hash)
+    return policies
 
 
 def _check_schemas(resources: Sequence[tuple[Mapping[str, Any], str]]) -> None:
@@ -392,7 +415,12 @@ def generate(
 
     config_resources = [yamlio.to_plain(document) for document, _ in config_documents]
     identities = []
-    policies = _policies(generator, confidential, images, config_resources)
+    cache = (
+        None
+        if options.policy_cache is None
+        else PolicyCache(options.policy_cache, rules.text, settings, config_resources)
+    )
+    policies = _policies(generator, confidential, images, config_resources, cache)
     for (workload, platform), (annotation, policy_hash) in zip(placed, policies, strict=True):
         edits[id(workload.resource)].annotate(workload, annotation)
         identities.append(_identity(workload, policy_hash))
@@ -434,6 +462,8 @@ def generate(
     else:
         for file, wrote in zip(files, _write_files(files), strict=True):
             (result.written if wrote else result.unchanged).append(file.path)
+    if cache is not None:
+        cache.save()
     manifest_bytes = manifest_document.to_bytes(document)
     if options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes:
         result.unchanged.append(options.manifest)
