@@ -213,7 +213,13 @@ def test_generate_with_random_contrast_annotations(
         _generate(generated, root)
 
 
-WORKSPACE_FILES = ["manifest.json", "settings.json", "rules.rego", "layers-cache.json"]
+WORKSPACE_FILES = [
+    "manifest.json",
+    "settings.json",
+    "rules.rego",
+    "layers-cache.json",
+    "policy-cache.json",
+]
 
 
 @examples()

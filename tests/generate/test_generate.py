@@ -331,6 +331,7 @@ def test_one_annotation_with_two_values_changes_nothing(
 WORKSPACE_FILES = {
     "layers-cache.json",
     "manifest.json",
+    "policy-cache.json",
     "rules.rego",
     "seedshare-owner.pem",
     "settings.json",

@@ -69,9 +69,6 @@ CHANGES: dict[str, Callable[[Inputs], None]] = {
     "a ConfigMap": lambda given: given.config[0]["data"].update(k="w"),
     "the workload": lambda given: given.workload.pod_spec["containers"][0].update(name="apq"),
     "another annotation": lambda given: given.workload.pod_annotations.update(team="bluf"),
-    "the file it is in": lambda given: setattr(
-        given, "workload", Workload(given.workload.resource, "b.yml")
-    ),
     "an image digest": _facts(
         lambda facts: dataclasses.replace(facts, digest=facts.digest[:-1] + "1")
     ),

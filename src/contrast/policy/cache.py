@@ -5,10 +5,11 @@ each pod already carries. The cache (`policy-cache.json` in the workspace) maps 
 sha256 of the annotation that run wrote and its policy hash. The key covers every byte the
 derivation reads: the cache format and the tool's version, the code that derives policies
 (`CODE`, hashed), the rules, the settings, the ConfigMaps and Secrets (environment sources),
-and per workload its name in messages, its resource and the facts of each image it runs
-(`dataclasses.asdict`: every field). A hit is taken only when the pod already carries an
-annotation with exactly the recorded sha256, so the annotation reused is byte for byte the one
-derived from the same inputs; otherwise the policy is derived.
+and per workload its resource and the facts of each image it runs (`dataclasses.asdict`: every
+field). A hit is taken only when the pod already carries an annotation with exactly the recorded
+sha256, so the annotation reused is byte for byte the one derived from the same inputs; otherwise
+the policy is derived. The name of the file a workload is in is read only for error messages, and
+a derivation that fails is never cached, so it is not keyed: a moved workspace keeps its cache.
 
 The initdata annotation itself is left out of the key, because the derivation does not read it
 (containers.py drops it from the annotations it describes; tests/policy/test_cache.py shows the
@@ -118,7 +119,7 @@ class PolicyCache:
             text += b"\0" + _canonical(annotation)
         facts = [[image, dataclasses.asdict(images[image])] for image in sorted(used)]
         hashed = self._run.copy()
-        for part in (workload.describe().encode("utf-8", "surrogatepass"), text, _canonical(facts)):
+        for part in (text, _canonical(facts)):
             hashed.update(hashlib.sha256(part).digest())
         return hashed.hexdigest()
 
