@@ -4,28 +4,26 @@
 process (the median of 7), next to `python -c pass` in the same run. Goals (issue 14, on a
 2-core machine): `--help` ≤ 0.1 s, `evidence verify` ≤ 0.15 s.
 
-The processes run with byte code written and read, as an installed `contrast` does: with
-PYTHONDONTWRITEBYTECODE set (as some shells and CI images do) every run would compile the
-package's modules from source again, about 25 ms that no user's installation pays. One run of
-each command before timing writes the byte code.
+The processes run with the package's byte code written and read, as an installed `contrast`
+does (`timing.INSTALLED_ENV`).
 
 Run: `.venv/bin/python bench/bench_cli.py [runs]`.
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+from timing import INSTALLED_ENV, write_byte_code  # bench/timing.py, beside this script
+
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "evidence" / "snp-milan-oak"
 CONTRAST = [sys.executable, "-m", "contrast.cli.main"]
 GOALS = {"contrast --help": 0.10, "contrast evidence verify": 0.15}
-ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
 def seconds(argv: list[str], runs: int) -> float:
@@ -34,7 +32,11 @@ def seconds(argv: list[str], runs: int) -> float:
     for _ in range(runs):
         started = time.perf_counter()
         subprocess.run(
-            argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False, env=ENV
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+            env=INSTALLED_ENV,
         )
         times.append(time.perf_counter() - started)
     return statistics.median(times)
@@ -47,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         *CONTRAST, "evidence", "verify", str(EXAMPLE / "report.bin"), "--format", "snp",
         "--cert", str(EXAMPLE / "vcek.der"), "--at", "2025-02-01T00:00:00Z",
     ]  # fmt: skip
-    for warm_up in ([*CONTRAST, "--help"], verify):
-        seconds(warm_up, 1)
+    write_byte_code()
     floor = seconds([sys.executable, "-c", "pass"], runs)
     measured = {
         "contrast --help": seconds([*CONTRAST, "--help"], runs),
