@@ -114,6 +114,19 @@ class _Cluster:
         self.programs[index] = program
         return program
 
+    def start_all_with_manifest(self) -> list[CoordinatorProcess]:
+        """Every replica started, the deployment's manifest set through the first, all ready."""
+        programs = [self.start(index) for index in range(REPLICAS)]
+        request = userapi_pb2.SetManifestRequest(
+            Manifest=self.deployment.manifest(), Policies=self.deployment.documents()
+        )
+        assert programs[0].call(services.SET_MANIFEST, request.SerializeToString()) == (
+            grpc.StatusCode.OK
+        )
+        for program in programs:
+            wait_ready(program)
+        return programs
+
     def stop(self) -> None:
         for program in self.programs:
             if program is not None and program.process.poll() is None:
@@ -124,15 +137,7 @@ class _Cluster:
 def test_a_killed_replica_rejoins_by_peer_recovery(
     cluster: _Cluster, deployment: Deployment
 ) -> None:
-    programs = [cluster.start(index) for index in range(REPLICAS)]
-    request = userapi_pb2.SetManifestRequest(
-        Manifest=deployment.manifest(), Policies=deployment.documents()
-    )
-    assert programs[0].call(services.SET_MANIFEST, request.SerializeToString()) == (
-        grpc.StatusCode.OK
-    )
-    for program in programs:
-        wait_ready(program)
+    programs = cluster.start_all_with_manifest()
     first = mesh_ca(programs[0], deployment)
     assert {mesh_ca(program, deployment) for program in programs} == {first}
 
@@ -190,15 +195,7 @@ def test_kills_at_random_points_of_set_manifest_and_peer_recovery_lose_nothing(
     extends the previous round's (an update answered OK is in it; an interrupted one may be)."""
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    programs = [cluster.start(index) for index in range(REPLICAS)]
-    request = userapi_pb2.SetManifestRequest(
-        Manifest=deployment.manifest(), Policies=deployment.documents()
-    )
-    assert programs[0].call(services.SET_MANIFEST, request.SerializeToString()) == (
-        grpc.StatusCode.OK
-    )
-    for program in programs:
-        wait_ready(program)
+    programs = cluster.start_all_with_manifest()
     before = history(programs[0])
     for round_number in range(KILL_ROUNDS):
         where = f"round {round_number} (seed {seed})"
