@@ -19,10 +19,11 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from replicas import replicas_with_manifest  # bench/replicas.py, beside this script
 
 GOAL_RATE = 1000.0
 GOAL_P99_MS = 50.0
@@ -160,33 +161,17 @@ def main(argv: list[str]) -> int:
     clients = int(argv[0]) if argv else 64
     seconds = float(argv[1]) if len(argv) > 1 else 10.0
     replicas = int(argv[2]) if len(argv) > 2 else 1
-    from contrast.client import operations  # noqa: PLC0415
-    from contrast.client.workspace import Workspace  # noqa: PLC0415
-    from contrast.local.demo import CLIENT, COORDINATOR, SERVER, Demo  # noqa: PLC0415
-    from contrast.local.workspace import (  # noqa: PLC0415
-        RESOURCES,
-        emulated_reference_values,
-        write_workspace,
-    )
+    from contrast.local.demo import SERVER  # noqa: PLC0415
 
-    with tempfile.TemporaryDirectory() as directory:
-        demo = Demo(Path(directory), say=lambda _: None)
-        try:
-            values = emulated_reference_values(demo.tee, demo.state / "tee")
-            write_workspace(demo.workdir, values, [COORDINATOR, SERVER, CLIENT])
-            demo.start_coordinators(*range(replicas))
-            operations.set_manifest(demo.target, Workspace(demo.workdir), demo.workdir / RESOURCES)
-            demo.wait_ready(*range(replicas))
-            targets = [f"127.0.0.1:{demo.replicas[index].mesh}" for index in range(replicas)]
-            tee_dir = demo.state / "tee"
-            # The demo runs each replica as a local process (`contrast.local.processes.Process`).
-            servers = [demo.coordinators[index].popen.pid for index in range(replicas)]
-            cert = load(targets, tee_dir, SERVER.policy_hash, clients, seconds,
-                        only_nonce=False, servers=servers)  # fmt: skip
-            base = load(targets, tee_dir, SERVER.policy_hash, clients, seconds,
-                        only_nonce=True, servers=servers)  # fmt: skip
-        finally:
-            demo.processes.stop_all()
+    with replicas_with_manifest(replicas) as demo:
+        targets = [f"127.0.0.1:{demo.replicas[index].mesh}" for index in range(replicas)]
+        tee_dir = demo.state / "tee"
+        # The demo runs each replica as a local process (`contrast.local.processes.Process`).
+        servers = [demo.coordinators[index].popen.pid for index in range(replicas)]
+        cert = load(targets, tee_dir, SERVER.policy_hash, clients, seconds,
+                    only_nonce=False, servers=servers)  # fmt: skip
+        base = load(targets, tee_dir, SERVER.policy_hash, clients, seconds,
+                    only_nonce=True, servers=servers)  # fmt: skip
     print(f"clients: {clients} processes, {seconds:.0f} s each run, {replicas} replica(s)")
     verdict = "met" if cert.rate >= GOAL_RATE and cert.p99 <= GOAL_P99_MS else "MISSED"
     cores = os.cpu_count() or 1

@@ -14,41 +14,25 @@ from __future__ import annotations
 
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
+
+from replicas import replicas_with_manifest  # bench/replicas.py, beside this script
 
 
 def main(argv: list[str]) -> int:
     rounds = int(argv[0]) if argv else 15
-    from contrast.client import operations  # noqa: PLC0415
-    from contrast.client.workspace import Workspace  # noqa: PLC0415
-    from contrast.local.demo import CLIENT, COORDINATOR, REPLICAS, SERVER, Demo  # noqa: PLC0415
-    from contrast.local.workspace import (  # noqa: PLC0415
-        RESOURCES,
-        emulated_reference_values,
-        write_workspace,
-    )
+    from contrast.local.demo import REPLICAS  # noqa: PLC0415
 
     totals: list[float] = []
     recoveries: list[float] = []
-    with tempfile.TemporaryDirectory() as directory:
-        demo = Demo(Path(directory), say=lambda _: None)
-        try:
-            values = emulated_reference_values(demo.tee, demo.state / "tee")
-            write_workspace(demo.workdir, values, [COORDINATOR, SERVER, CLIENT])
-            demo.start_coordinators(*range(REPLICAS))
-            operations.set_manifest(demo.target, Workspace(demo.workdir), demo.workdir / RESOURCES)
-            demo.wait_ready(*range(REPLICAS))
-            for round_number in range(rounds):
-                index = round_number % REPLICAS
-                demo.coordinators[index].kill()
-                started = time.perf_counter()
-                demo.start_coordinators(index)
-                recoveries.append(demo.wait_ready(index))
-                totals.append(time.perf_counter() - started)
-        finally:
-            demo.processes.stop_all()
+    with replicas_with_manifest(REPLICAS) as demo:
+        for round_number in range(rounds):
+            index = round_number % REPLICAS
+            demo.coordinators[index].kill()
+            started = time.perf_counter()
+            demo.start_coordinators(index)
+            recoveries.append(demo.wait_ready(index))
+            totals.append(time.perf_counter() - started)
 
     def describe(samples: list[float]) -> str:
         return f"median {statistics.median(samples):5.2f} s  max {max(samples):5.2f} s"
