@@ -69,7 +69,7 @@ _MEMO_SIZE = 64
 _memo_lock = threading.Lock()
 _verified_documents: OrderedDict[bytes, x509.Certificate] = OrderedDict()
 _crl_issuers: IdentityMemo[bytes] = IdentityMemo(_MEMO_SIZE)
-_subjects: OrderedDict[x509.Certificate, bytes] = OrderedDict()
+_subjects: IdentityMemo[bytes] = IdentityMemo(_MEMO_SIZE)
 _verified_crls: IdentityMemo[bool] = IdentityMemo(_MEMO_SIZE)
 _HEX = re.compile(rb"[0-9a-fA-F\s]+")
 
@@ -716,21 +716,17 @@ def _issued_by(crl: x509.CertificateRevocationList, certificate: x509.Certificat
     """Whether the CRL's issuer name is the certificate's subject (names compared as DER).
 
     `cryptography` builds new `Name` objects on every access; the DER of both names is
-    remembered (the CRL by identity, see contrast.attestation.memo) because every quote asks
+    remembered (both by identity, see contrast.attestation.memo) because every quote asks
     again.
     """
     issuer = _crl_issuers.get(crl)
-    with _memo_lock:
-        subject = _subjects.get(certificate)
     if issuer is None:
         issuer = crl.issuer.public_bytes()
         _crl_issuers.put(issuer, crl)
+    subject = _subjects.get(certificate)
     if subject is None:
         subject = certificate.subject.public_bytes()
-        with _memo_lock:
-            _subjects[certificate] = subject
-            while len(_subjects) > _MEMO_SIZE:
-                _subjects.popitem(last=False)
+        _subjects.put(subject, certificate)
     return issuer == subject
 
 
