@@ -66,6 +66,7 @@ DECLINED = {
     "duplicate key": "a: 1\na: 2\n",
     "not YAML": "a: [1,\n",
     "unhashable key": "? [1, 2]\n: x\n",
+    "a key that is not a string": "1: x\ntrue: y\n",
 }
 
 
