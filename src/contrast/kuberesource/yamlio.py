@@ -150,14 +150,14 @@ class ResourceFile:
             self._round_trips[index] = documents[0]
         return self._round_trips[index]
 
-    def _to_write(self, index: int) -> Any:
+    def _to_write(self, index: int, wanted: str) -> Any:
+        """The node to write for document `index`, whose fingerprint is `wanted`."""
         document = self.documents[index]
         if not self.plain:
             return document
         round_trip = self._round_trips.get(index)
         if round_trip is None:
             round_trip = self.round_trip(index)
-        wanted = _fingerprint(document)
         native = index in self._native
         if _fingerprint(round_trip, native=native) != wanted:
             # A change the caller did not repeat (a reader that filled in a missing mapping):
@@ -180,7 +180,9 @@ class ResourceFile:
         joined = "\0".join(fingerprints).encode("utf-8", "surrogatepass")
         content = hashlib.sha256(joined).hexdigest()
         adopted = self._adopted.get(content)
-        return content, adopted if adopted is not None else self._serialise(changed)
+        if adopted is None:
+            adopted = self._serialise(changed, fingerprints)
+        return content, adopted
 
     def adopt(self, content: str, text: str) -> None:
         """Take `text` as `dump()`'s, made by a worker process that had the same content.
@@ -192,11 +194,11 @@ class ResourceFile:
             self._adopted.clear()
             self._adopted[content] = text
 
-    def _serialise(self, changed: set[int]) -> str:
+    def _serialise(self, changed: set[int], fingerprints: Sequence[str]) -> str:
         parts = []
         for index, source in enumerate(self._sources):
             if index in changed:
-                parts.append(_serialise(self._to_write(index), source))
+                parts.append(_serialise(self._to_write(index, fingerprints[index]), source))
             else:
                 parts.append(source.text)
         return "".join(_join(parts))
@@ -207,12 +209,13 @@ class ResourceFile:
         For `-` the stream always goes to stdout, changed or not, as a filter would.
         Returns whether anything was written to a file or differed.
         """
+        content, text = self.dumped()  # no content digest: nothing changed
         if self.is_stdio:
-            (stdout or sys.stdout).write(self.dump())
-            return self.changed
-        if not self.changed:
+            (stdout or sys.stdout).write(text)
+            return bool(content)
+        if not content:
             return False
-        _write_file(self.path, self.dump())
+        _write_file(self.path, text)
         return True
 
 

@@ -26,10 +26,11 @@ from ruamel.yaml import YAML
 from ruamel.yaml.anchor import Anchor
 from ruamel.yaml.comments import Comment, Format, merge_attrib
 from ruamel.yaml.emitter import Emitter
-from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.scalarint import ScalarInt
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 from ruamel.yaml.tag import Tag
+
+from contrast.kuberesource import yamlrtload
 
 _STR = "tag:yaml.org,2002:str"
 # Printable ASCII on one line: written inside quotes as it is (no escapes, no folding).
@@ -207,7 +208,7 @@ def _style(value: str, requested: str | None, *, flow: bool, key: bool) -> str:
     analysis = _ANALYZER.analyze_scalar(value)
     if requested == '"':
         return '"'
-    if requested is None and _plain_resolves_to_string(value):
+    if requested is None and yamlrtload.plain_tag(value) == _STR:
         simple_key_problem = key and (analysis.empty or analysis.multiline)
         allowed = analysis.allow_flow_plain if flow else analysis.allow_block_plain
         if not simple_key_problem and allowed:
@@ -219,10 +220,6 @@ def _style(value: str, requested: str | None, *, flow: bool, key: bool) -> str:
     return '"'
 
 
-def _plain_resolves_to_string(value: str) -> bool:
-    return bool(str(_RESOLVER.resolve(ScalarNode, value, (True, False))) == _STR)
-
-
 class _Analyzer(Emitter):
     """ruamel's emitter as its round-trip `YAML()` sets it up, used only to analyse scalars."""
 
@@ -231,5 +228,4 @@ class _Analyzer(Emitter):
 
 
 _ROUND_TRIP = YAML(typ="rt", pure=True)
-_RESOLVER = _ROUND_TRIP.resolver
 _ANALYZER = _Analyzer(None, allow_unicode=_ROUND_TRIP.allow_unicode)

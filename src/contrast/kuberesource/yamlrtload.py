@@ -21,6 +21,7 @@ tests/kuberesource/test_yamlrtload.py compares the trees with ruamel's.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -150,7 +151,7 @@ def _scalar(event: Any) -> Any:
         return _QUOTED[style](value)
     if event.start_mark.line != event.end_mark.line:
         raise _Declined  # a plain scalar folded from several lines
-    tag = str(_RESOLVER.resolve(ScalarNode, value, (True, False)))
+    tag = plain_tag(value)
     if tag == f"{_TAG}str":
         return value
     if tag == f"{_TAG}int":
@@ -162,6 +163,12 @@ def _scalar(event: Any) -> Any:
     if tag == f"{_TAG}bool" and value in _BOOLEANS:
         return _BOOLEANS[value]
     raise _Declined  # null, float, timestamp, merge, ...
+
+
+@functools.lru_cache(maxsize=8192)
+def plain_tag(value: str) -> str:
+    """The tag ruamel's YAML 1.2 resolver gives `value` written as a plain scalar."""
+    return str(_RESOLVER.resolve(ScalarNode, value, (True, False)))
 
 
 _BOOLEANS = {"true": True, "false": False}
