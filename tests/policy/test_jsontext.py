@@ -64,19 +64,3 @@ def test_what_json_refuses_is_refused() -> None:
         dumps_indented(cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"set": {1}})
-
-
-def test_remembered_texts_follow_every_change_and_indentation() -> None:
-    """A subtree written before is written again from memory: one changed leaf must miss it,
-    and the same subtree at another depth or indent gets its own text."""
-    container = {"OCI": {"Mounts": [{"destination": "/a", "options": ["rbind", "ro"]}]}}
-    first = {"containers": [container, container]}
-    assert dumps_indented(first) == json.dumps(first, indent=2, ensure_ascii=False)
-    changed = {"containers": [container, {"OCI": {"Mounts": [{"destination": "/b"}]}}]}
-    assert dumps_indented(changed) == json.dumps(changed, indent=2, ensure_ascii=False)
-    deeper = {"x": {"y": first}}
-    for indent in (2, 4):
-        expected = json.dumps(deeper, indent=indent, ensure_ascii=False)
-        assert dumps_indented(deeper, indent) == expected
-    as_number = {"containers": [{"OCI": {"Mounts": [{"destination": 1}]}}]}
-    assert dumps_indented(as_number) == json.dumps(as_number, indent=2, ensure_ascii=False)

@@ -7,12 +7,6 @@ encoder appends to one list instead and encodes strings with the same C function
 the same text about 1.6 times faster. It takes JSON data only (dicts with string keys, lists,
 tuples, strings, ints, floats, booleans, None); anything else goes to `json.dumps` itself, which
 then encodes or refuses it as it always did. tests/policy/test_jsontext.py compares the two.
-
-Most of a policy repeats from workload to workload (the pause container, the Initializer, the
-sidecar, the settings' sections, every container's mounts and Linux section), so the text of
-each object and array in the upper levels is remembered, keyed by its compact JSON (which the
-C encoder writes in a fraction of the time) and its indentation: equal keys are equal values
-as JSON writes them, so the text is the one this encoder would write again.
 """
 
 from __future__ import annotations
@@ -49,41 +43,8 @@ def _float(value: float) -> str:
     return _float_repr(value)
 
 
-# Levels of nesting whose texts are remembered (1: the values of the top-level object), and how
-# many texts at most (a run of `generate` has a few per workload that differ).
-_REMEMBERED_LEVELS = range(1, 6)
-_REMEMBERED_LIMIT = 4096
-_remembered: dict[tuple[str, str, str], str] = {}
-_compact = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-
-
 def _encode(value: Any, newline: str, step: str, out: list[str]) -> None:
     """Append `value`'s text; `newline` is a newline and the indentation of `value`'s line."""
-    if (
-        step
-        and isinstance(value, dict | list | tuple)
-        and value
-        and (len(newline) - 1) // len(step) in _REMEMBERED_LEVELS
-    ):
-        try:
-            key = (_compact(value), newline, step)
-        except (TypeError, ValueError):  # not JSON data, or a cycle: the usual way, and its error
-            key = None
-        if key is not None:
-            text = _remembered.get(key)
-            if text is None:
-                own: list[str] = []
-                _encode_value(value, newline, step, own)
-                text = "".join(own)
-                if len(_remembered) >= _REMEMBERED_LIMIT:
-                    _remembered.clear()
-                _remembered[key] = text
-            out.append(text)
-            return
-    _encode_value(value, newline, step, out)
-
-
-def _encode_value(value: Any, newline: str, step: str, out: list[str]) -> None:
     if isinstance(value, str):
         out.append(encode_basestring(value))
     elif value is None:
