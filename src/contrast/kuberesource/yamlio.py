@@ -442,10 +442,9 @@ def _split_at_markers(text: str, count: int) -> list[str] | None:
     scalars), so this is exact for the streams `kubectl`, kustomize and helm write; directives,
     `...` markers and anything unexpected take the parser's way.
     """
-    # `^(?:\.\.\.|%)` per line, by substring search (the regex tries every character)
-    if text.startswith(("...", "%")) or "\n..." in text or "\n%" in text:
+    if re.search(r"^(?:\.\.\.|%)", text, re.MULTILINE):
         return None
-    starts = [match.start() for match in _DOCUMENT_START.finditer(text)] if "---" in text else []
+    starts = [match.start() for match in _DOCUMENT_START.finditer(text)]
     boundaries = [0, *(start for start in starts if start > 0), len(text)]
     texts = [text[start:end] for start, end in itertools.pairwise(boundaries)]
     if texts and not texts[0].startswith("---") and not _has_content(texts[0]):
@@ -476,8 +475,7 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
     """
     name = "<stdin>" if str(path) == STDIO else str(path)
     documents = yamlfast.load_all(text) if plain else None
-    texts = None if documents is None else _split_at_markers(text, len(documents))
-    if texts is None:
+    if documents is not None and _split_at_markers(text, len(documents)) is None:
         documents = None  # a stream whose documents only ruamel's parser tells apart
     read_plain = documents is not None
     if documents is None:
@@ -495,8 +493,7 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
                 hint="simplify the YAML there (a plain string key instead of a complex one)",
             ) from None
     yamlbounds.check_aliases(documents, text, name)
-    if texts is None:
-        texts = _split_at_markers(text, len(documents))
+    texts = _split_at_markers(text, len(documents))
     if texts is None:
         texts = _document_texts(text, name)
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
@@ -507,7 +504,7 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
             _Source(
                 text=document_text,
                 explicit_start=_starts_explicitly(document_text),
-                explicit_end="..." in document_text and bool(_DOCUMENT_END.search(document_text)),
+                explicit_end=bool(_DOCUMENT_END.search(document_text)),
                 indentation=guess_indentation(document_text),
                 fingerprint=_fingerprint(document),
             )
