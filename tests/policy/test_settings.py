@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contrast.policy.json_patch import JsonPatchError, apply_patch
-from contrast.policy.settings import SettingsError, _copy, default_settings, load_settings
+from contrast.policy.settings import (
+    Settings,
+    SettingsError,
+    _copy,
+    default_settings,
+    load_settings,
+)
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "testdata" / "kata-policy"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="needs ../shared/testdata/kata-policy")
@@ -194,3 +201,19 @@ def test_accessors_hand_out_copies() -> None:
     nested = loaded.get("cluster_config")
     nested["guest_pull"] = "changed"
     assert loaded.get("cluster_config", "guest_pull") != "changed"
+
+
+def test_accessors_hand_out_equal_copies_of_what_is_not_json_data() -> None:
+    """Parts are copied from their JSON text; a part whose text reads back otherwise (a tuple,
+    a key that is not a string, NaN) is copied as it is instead."""
+    odd = {"numbers": (1, 2), "keys": {1: "one"}, "nan": [math.nan]}
+    loaded = Settings({**default_settings().document, "common": {**odd}})
+    for _ in range(2):  # the first reading makes the text, the second uses it
+        common = loaded.section("common")
+        assert common["numbers"] == (1, 2)
+        assert common["keys"] == {1: "one"}
+        assert math.isnan(common["nan"][0])
+        assert loaded.get("common", "keys") == {1: "one"}
+        pause = loaded.section("pause_container")
+        assert pause == default_settings().section("pause_container")
+        pause.clear()

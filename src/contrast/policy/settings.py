@@ -131,6 +131,10 @@ class Settings:
 
     document: Mapping[str, Any] = field(repr=False)
     source: str = "settings"
+    # Each part handed out so far as JSON text (None: not JSON data), see `_copy_of`.
+    _texts: dict[tuple[str, ...], str | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def from_text(cls, text: str | bytes, source: str = "settings") -> Settings:
@@ -144,7 +148,7 @@ class Settings:
         """A deep copy of one top-level part (callers may modify what they get)."""
         if name not in self.document:
             raise SettingsError(f"{self.source}: settings lack {name}")
-        return _copy(self.document[name])
+        return self._copy_of((name,), self.document[name])
 
     def get(self, *keys: str, default: Any = None) -> Any:
         node: Any = self.document
@@ -152,7 +156,27 @@ class Settings:
             if not isinstance(node, Mapping) or key not in node:
                 return _copy(default)
             node = node[key]
-        return _copy(node)
+        return self._copy_of(keys, node)
+
+    def _copy_of(self, keys: tuple[str, ...], value: Any) -> Any:
+        """A deep copy of the part at `keys`, made by parsing its JSON text (C, ~10x `_copy`).
+
+        A policy reads some 40 parts per workload. The text is made once per part and kept only
+        if it reads back as an equal value (JSON data: no tuples, no keys but strings, no NaN),
+        so the copy equals the part in value and in type.
+        """
+        if not isinstance(value, dict | list):
+            return _copy(value)
+        if keys not in self._texts:
+            try:
+                text: str | None = json.dumps(value, ensure_ascii=False)
+            except (TypeError, ValueError):
+                text = None
+            if text is not None and json.loads(text) != value:
+                text = None
+            self._texts[keys] = text
+        text = self._texts[keys]
+        return _copy(value) if text is None else json.loads(text)
 
     @property
     def pause_image(self) -> str:
