@@ -190,7 +190,8 @@ def _scalar(value: Any, *, flow: bool, key: bool) -> str:
     text = str(value)
     if requested is None and len(text) >= _BLOB_MINIMUM and _BLOB.match(text) and not key:
         return text
-    style = _style(text, requested, flow=flow, key=key)
+    choose = _remembered_style if len(text) <= yamlrtload.REMEMBERED_LENGTH else _style
+    style = choose(text, requested, flow=flow, key=key)
     if style == "":
         return text
     if not _QUOTABLE.match(text):
@@ -202,7 +203,6 @@ def _scalar(value: Any, *, flow: bool, key: bool) -> str:
     return f'"{text}"'
 
 
-@functools.lru_cache(maxsize=4096)
 def _style(value: str, requested: str | None, *, flow: bool, key: bool) -> str:
     """ruamel's `Emitter.choose_scalar_style` for a string in block or flow context."""
     analysis = _ANALYZER.analyze_scalar(value)
@@ -218,6 +218,9 @@ def _style(value: str, requested: str | None, *, flow: bool, key: bool) -> str:
     if analysis.allow_single_quoted and not (key and analysis.multiline):
         return "'"
     return '"'
+
+
+_remembered_style = functools.lru_cache(maxsize=4096)(_style)
 
 
 class _Analyzer(Emitter):

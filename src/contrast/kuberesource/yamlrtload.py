@@ -165,10 +165,24 @@ def _scalar(event: Any) -> Any:
     raise _Declined  # null, float, timestamp, merge, ...
 
 
-@functools.lru_cache(maxsize=8192)
 def plain_tag(value: str) -> str:
-    """The tag ruamel's YAML 1.2 resolver gives `value` written as a plain scalar."""
+    """The tag ruamel's YAML 1.2 resolver gives `value` written as a plain scalar.
+
+    Short values (names, images, ports: most repeat from workload to workload) are remembered;
+    long ones (an initdata annotation) would fill memory for nothing.
+    """
+    if len(value) > REMEMBERED_LENGTH:
+        return _plain_tag(value)
+    return _remembered_plain_tag(value)
+
+
+def _plain_tag(value: str) -> str:
     return str(_RESOLVER.resolve(ScalarNode, value, (True, False)))
+
+
+# Strings at most this long are remembered by `plain_tag` and yamlrtdump's style choice.
+REMEMBERED_LENGTH = 256
+_remembered_plain_tag = functools.lru_cache(maxsize=8192)(_plain_tag)
 
 
 _BOOLEANS = {"true": True, "false": False}
