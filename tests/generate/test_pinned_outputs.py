@@ -40,6 +40,12 @@ PINNED = {
         "emulated-snp",
         "b3ab906da6587b702b942e45cf8aaf0c58dc06dfc390d45e695d06ab2aadca29",
     ),
+    # Recorded on 0493824, before generate read and wrote YAML without ruamel's scanner and
+    # emitter (yamlrtload, yamlrtdump): each variant takes the fast way or ruamel's.
+    "variants": (
+        "emulated-snp",
+        "5a3c46787a05f8a989687fa539a5d46d9e1f0315eae8c4a7a641d280bef430c8",
+    ),
 }
 
 
@@ -72,6 +78,54 @@ spec:
 """
 
 
+def _variants() -> dict[str, str]:
+    """A Deployment written in the ways users write YAML: comments, blank lines, flow mappings,
+    quoting, nulls, floats, block scalars, anchors, other indentation, several documents."""
+    base = _deployment(3)
+    # Sequences not indented under their key (what `kubectl get -o yaml` writes).
+    flush = "".join(
+        line[2:] + "\n" if line.startswith("      ") and index > 18 else line + "\n"
+        for index, line in enumerate(base.splitlines())
+    )
+    variants = {
+        "plain": base,
+        "comments": base.replace("replicas: 2", "replicas: 2  # two\n  # a comment line"),
+        "blank-line": base.replace("  selector:", "\n  selector:"),
+        "flow-mapping": base.replace(
+            "      labels:\n        app: service-3\n", '      labels: {app: service-3, tier: "x"}\n'
+        ),
+        "quoted": base.replace(
+            "runtimeClassName: contrast-cc", 'runtimeClassName: "contrast-cc"'
+        ).replace("- name: service\n", "- name: 'service'\n"),
+        "no-value": base.replace("  replicas: 2", "  replicas: 2\n  paused:"),
+        "float": base.replace("  replicas: 2", "  replicas: 2\n  progress: 0.5"),
+        "block-scalar": base.replace(
+            'args: ["--port", "8080", "--replica", "3"]',
+            "args:\n            - |\n              echo hi\n              echo there",
+        ),
+        "anchor": base.replace("      labels:\n", "      labels: &labels\n"),
+        "indentation": flush,
+        "explicit-start": f"---\n{base}",
+        "two-documents": f"{base}---\napiVersion: v1\nkind: Service\nmetadata:\n  name: s\n"
+        "spec:\n  ports:\n  - port: 80\n",
+        "init-container": base.replace(
+            "      containers:",
+            "      initContainers:\n        - name: prep\n"
+            "          image: ghcr.io/example/frontend:1.4.2\n"
+            '          command: ["sh", "-c", \'true\']\n      containers:',
+        ),
+        "volume": base.replace(
+            "      containers:",
+            "      volumes:\n        - name: data\n          emptyDir: {}\n      containers:",
+        ),
+        "zero": base.replace("replicas: 2", "replicas: 0"),
+        "escapes": base.replace('value: "3"', 'value: "it\'s a \\"test\\" with \\u00e9"'),
+        "hexadecimal": base.replace("replicas: 2", "replicas: 0x2"),
+        "boolean-string": base.replace('value: "3"', "value: 'true'"),
+    }
+    return {name: text.replace("service-3\n", f"{name}\n") for name, text in variants.items()}
+
+
 def _digest(workspace: GenerateWorkspace) -> str:
     hashed = hashlib.sha256()
     for path in sorted(workspace.resources.rglob("*")):
@@ -91,7 +145,11 @@ def test_generate_writes_the_pinned_bytes(
     pinned: tuple[str, str],
 ) -> None:
     platform, digest = pinned
-    if example == "deployments":
+    if example == "variants":
+        workspace.resources.mkdir(parents=True)
+        for name, text in _variants().items():
+            Path(workspace.resources / f"{name}.yml").write_text(text)
+    elif example == "deployments":
         workspace.resources.mkdir(parents=True)
         for index in range(20):
             Path(workspace.resources / f"service-{index}.yml").write_text(_deployment(index))
