@@ -93,15 +93,12 @@ class _Writer:
 
     def value(self, value: Any, indent: int) -> None:
         """The value after `key:` in a block mapping whose keys are at `indent`."""
-        if isinstance(value, dict):
+        if isinstance(value, dict | list):
             if not value or _flow_style(value):
                 self.parts.append(f" {self.flow(value)}\n")
-            else:
+            elif isinstance(value, dict):
                 self.parts.append("\n")
                 self.block_mapping(value, indent + self.mapping)
-        elif isinstance(value, list):
-            if not value or _flow_style(value):
-                self.parts.append(f" {self.flow(value)}\n")
             else:
                 self.parts.append("\n")
                 self.block_sequence(value, indent + self.offset)
