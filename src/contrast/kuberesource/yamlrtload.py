@@ -36,8 +36,9 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScala
 from contrast.kuberesource import yamlfast
 
 # Between two tokens, what ruamel's scanner reads more from than libyaml: a comment, an anchor
-# or alias, a tag, a complex key, a block scalar indicator, a directive, a blank line.
-_NOT_BETWEEN_TOKENS = re.compile(r"[#&*!?|>%]|\n[ \t]*\n")
+# or alias, a tag, a complex key, a block scalar indicator, a directive, a blank line, and the
+# line breaks and tabs the two may not read alike (`\r\n\r\n` is a blank line too).
+_NOT_BETWEEN_TOKENS = re.compile("[#&*!?|>%\t\r\x85\u2028\u2029]|\n *\n")
 _DECIMAL = re.compile(r"-?[1-9][0-9]*\Z")
 _TAG = "tag:yaml.org,2002:"
 _QUOTED = {"'": SingleQuotedScalarString, '"': DoubleQuotedScalarString}
