@@ -386,3 +386,39 @@ def test_the_same_mapping_twice_is_declined() -> None:
     """ruamel writes an anchor and an alias for it."""
     shared = {"medium": "Memory"}
     assert _dump(CommentedMap(a=shared, b=shared), yamlio.Indentation()) is None
+
+
+DISTURBANCES = ["\r\n", "\n\n", "  ", " ", "\t", "# c", " # c", "\ufeff", "   \n", "\n ", "'"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    document=_documents(),
+    indentation=st.sampled_from(INDENTATIONS),
+    disturbances=st.lists(
+        st.tuples(st.integers(0, 10**6), st.sampled_from(DISTURBANCES)), min_size=1, max_size=3
+    ),
+)
+def test_disturbed_text_loads_as_ruamel_loads_it(
+    document: CommentedMap,
+    indentation: yamlio.Indentation,
+    disturbances: list[tuple[int, str]],
+) -> None:
+    """Text as people edit it (comments, blank lines, CRLF, odd spaces): the tree is ruamel's,
+    and so is what ruamel writes from it (which shows comments and blank lines it kept)."""
+    try:
+        text = _ruamel_dump(document, indentation, False)
+    except Exception:  # what ruamel cannot write is no input here
+        return
+    for where, disturbance in disturbances:
+        position = where % (len(text) + 1)
+        text = text[:position] + disturbance + text[position:]
+    try:
+        reference = _ruamel_load(text)
+    except Exception:  # no longer one valid document
+        return
+    fast = yamlrtload.load(text)
+    if fast is not None:
+        assert _difference(fast, reference) is None, text
+        written = _ruamel_dump(fast, indentation, False)
+        assert written == _ruamel_dump(reference, indentation, False), text
