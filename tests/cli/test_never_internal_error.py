@@ -219,6 +219,7 @@ WORKSPACE_FILES = [
     "rules.rego",
     "layers-cache.json",
     "policy-cache.json",
+    "schema-cache.json",
 ]
 
 

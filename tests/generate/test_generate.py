@@ -333,6 +333,7 @@ WORKSPACE_FILES = {
     "manifest.json",
     "policy-cache.json",
     "rules.rego",
+    "schema-cache.json",
     "seedshare-owner.pem",
     "settings.json",
     "workload-owner.pem",

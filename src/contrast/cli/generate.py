@@ -17,6 +17,7 @@ RULES = "rules.rego"
 SETTINGS = "settings.json"
 LAYERS_CACHE = "layers-cache.json"
 POLICY_CACHE = "policy-cache.json"  # policies of the last run (contrast.policy.cache)
+SCHEMA_CACHE = "schema-cache.json"  # resources that passed (contrast.kuberesource.schemacache)
 EMULATED_TEE = "emulated-tee"
 REFERENCE_VALUES = "reference-values.json"  # written by `contrast runtime build`
 STDIN = Path("-")
@@ -152,6 +153,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         settings=arguments.settings or workspace / SETTINGS,
         layers_cache=arguments.layers_cache or workspace / LAYERS_CACHE,
         policy_cache=workspace / POLICY_CACHE,
+        schema_cache=workspace / SCHEMA_CACHE,
         manifest=arguments.manifest or workspace / MANIFEST,
         workload_owner_keys=tuple(owners),
         seedshare_owner_keys=tuple(seedshares),

@@ -33,6 +33,7 @@ from contrast.images.reference import ImageReference
 from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
 from contrast.kuberesource.imagereplace import ImageReplacements
+from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
@@ -77,6 +78,9 @@ class Options:
     progress: bool = False
     # Policies of the previous run (policy/cache.py); None derives every policy.
     policy_cache: Path | None = None
+    # Resources that passed the schema check in the previous run (kuberesource/schemacache.py);
+    # None checks every resource.
+    schema_cache: Path | None = None
 
 
 @dataclass
@@ -339,14 +343,61 @@ def _policies(
     return policies
 
 
-def _check_schemas(resources: Sequence[tuple[Mapping[str, Any], str]]) -> None:
-    """`schema.check_all(resources)` on all cores (jsonschema is pure Python), errors in order."""
-    schema.prepare(resource for resource, _ in resources)
+def _check_schemas(
+    resources: Sequence[tuple[Mapping[str, Any], str]], cache: SchemaCache | None
+) -> None:
+    """`schema.check_all(resources)` on all cores (jsonschema is pure Python), errors in order.
 
-    def check(item: tuple[Mapping[str, Any], str]) -> None:
-        schema.check(*item)
+    A resource that passed in the previous run, byte for byte under the same schemas, is not
+    checked again (`cache`); the others are, and those that pass are recorded.
+    """
+    keys = [None if cache is None else cache.key(resource) for resource, _ in resources]
+    unknown = [
+        item
+        for item, key in zip(resources, keys, strict=True)
+        if cache is None or not cache.passed(key)
+    ]
+    if unknown:
+        schema.prepare(resource for resource, _ in unknown)
 
-    parallel.map_in_processes(check, resources)
+        def check(item: tuple[Mapping[str, Any], str]) -> None:
+            schema.check(*item)
+
+        parallel.map_in_processes(check, unknown)
+    if cache is not None:
+        for key in keys:
+            cache.record(key)
+
+
+def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None) -> None:
+    """Check the confidential resources as generate changed them, only to record those that pass.
+
+    The next run reads them as its input: recorded now, an unchanged re-run checks nothing. What
+    generate added was not checked so far, and a changed form that does not pass is not recorded
+    (the next run, which checks it as its input, reports it); this run is not refused for it.
+    """
+    if cache is None:
+        return
+    keys = [cache.key(workload.resource) for workload in confidential]
+    unknown = [
+        (workload.resource, key)
+        for workload, key in zip(confidential, keys, strict=True)
+        if key is not None and not cache.passed(key)
+    ]
+    if not unknown:
+        return
+    schema.prepare(resource for resource, _ in unknown)
+
+    def passes(item: tuple[Mapping[str, Any], str]) -> bool:
+        try:
+            schema.check(item[0], "")
+        except schema.SchemaError:
+            return False
+        return True
+
+    for (_, key), passed in zip(unknown, parallel.map_in_processes(passes, unknown), strict=True):
+        if passed:
+            cache.record(key)
 
 
 def _write_files(files: Sequence[yamlio.ResourceFile]) -> list[bool]:
@@ -378,8 +429,10 @@ def generate(
         for document in file.documents
         if isinstance(document, Mapping) and _kind(document) in CONFIG_KINDS
     ]
+    schema_cache = None if options.schema_cache is None else SchemaCache(options.schema_cache)
     _check_schemas(
-        [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents
+        [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents,
+        schema_cache,
     )
     choices = runtimeclass.resolve_all(
         [w for file in files for w in file.workloads()], options.platform
@@ -431,6 +484,7 @@ def generate(
             "no Coordinator among the confidential resources",
             hint="add the output of `contrast coordinator-resources --platform P` to the resources",
         )
+    _record_schemas(confidential, schema_cache)
 
     platforms = runtimeclass.used_platforms(choices)
     result.platforms = tuple(p.display_name for p in platforms)
@@ -462,8 +516,9 @@ def generate(
     else:
         for file, wrote in zip(files, _write_files(files), strict=True):
             (result.written if wrote else result.unchanged).append(file.path)
-    if cache is not None:
-        cache.save()
+    for memo in (cache, schema_cache):
+        if memo is not None:
+            memo.save()
     manifest_bytes = manifest_document.to_bytes(document)
     if options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes:
         result.unchanged.append(options.manifest)

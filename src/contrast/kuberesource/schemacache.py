@@ -1,0 +1,124 @@
+"""Resources that passed the schema check in the previous `generate` run, known by a digest.
+
+The check (`schema.py`) runs jsonschema, pure Python, over every resource: with loading the
+definitions and starting worker processes it was a third of an unchanged re-run. Its verdict
+depends on nothing but the resource and the schemas, so a resource whose every byte is one that
+passed last time passes again. The cache (`schema-cache.json` in the workspace) lists the sha256
+of each resource that passed, over:
+
+- the cache format, this tool's version, Python's version, the check's own code (`schema.py`)
+  and the versions of the libraries that validate (jsonschema, referencing and its
+  specifications) and of the package that ships the schemas and picks the Kubernetes version
+  (kubernetes-validate): the same resource under another schema is checked again;
+- the resource as the check reads it: its apiVersion and kind, and its plain form
+  (`yamlio.to_plain`, exactly what the validator and the null-entry scan see) as JSON, key order
+  included (the verdict does not depend on it; keeping it only makes the key stricter).
+
+A resource whose apiVersion or kind is not a string has no key: the check refuses it before any
+lookup. Only passes are recorded, so an error is found and reported again on every run.
+
+`generate` records each resource as it read it and, checked for this purpose, as it wrote it: the
+next run reads that. The file holds the resources of the last run that added one (two entries
+each at most); one that cannot be read or has another shape is ignored, never an error.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import contrast
+from contrast.boundedjson import JsonInputError, JsonLimits, load
+from contrast.files import write_atomically
+from contrast.kuberesource import schema as schema_module
+from contrast.kuberesource.yamlio import to_plain
+
+FORMAT = 1
+FILE = "schema-cache.json"
+# The distributions whose code or data decide the verdict (see the module's docstring).
+LIBRARIES = ("jsonschema", "referencing", "jsonschema-specifications", "kubernetes-validate")
+# 65 bytes a resource: a file of this size lists about 300 000 of them.
+LIMITS = JsonLimits(max_bytes=20 * 1024 * 1024, max_depth=2)
+_HEX = frozenset("0123456789abcdef")
+
+
+def _versions() -> list[str | None]:
+    versions: list[str | None] = []
+    for name in LIBRARIES:
+        try:
+            versions.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            versions.append(None)
+    return versions
+
+
+def schema_digest() -> str:
+    """sha256 of what the verdict depends on besides the resource (see the module docstring)."""
+    code = Path(schema_module.__file__).read_bytes()
+    context = [FORMAT, contrast.__version__, sys.version, hashlib.sha256(code).hexdigest()]
+    return hashlib.sha256(json.dumps([*context, *_versions()]).encode()).hexdigest()
+
+
+class SchemaCache:
+    """The digests read from `path` and those of this run's resources; `save()` keeps the latter."""
+
+    def __init__(self, path: Path, digest: str | None = None) -> None:
+        self.path = path
+        self._schemas = (digest or schema_digest()).encode()
+        self._read = self._load(path)
+        self._passed: set[str] = set()
+
+    @staticmethod
+    def _load(path: Path) -> frozenset[str]:
+        try:
+            document = load(path.read_bytes(), LIMITS, what=str(path))
+        except (OSError, JsonInputError):
+            return frozenset()
+        if not isinstance(document, dict) or document.get("format") != FORMAT:
+            return frozenset()
+        passed = document.get("passed")
+        if not isinstance(passed, list):
+            return frozenset()
+        return frozenset(key for key in passed if _is_hash(key))
+
+    def key(self, resource: Mapping[str, Any]) -> str | None:
+        """The digest of `resource` as the check reads it; None if it has none (see above)."""
+        api_version, kind = resource.get("apiVersion"), resource.get("kind")
+        if not isinstance(api_version, str) or not isinstance(kind, str):
+            return None
+        text = json.dumps(
+            [str(api_version), str(kind), to_plain(resource)],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        ).encode("utf-8", "surrogatepass")
+        return hashlib.sha256(self._schemas + b"\0" + text).hexdigest()
+
+    def passed(self, key: str | None) -> bool:
+        """Whether the resource of `key` passed the check in the previous run (or this one)."""
+        return key is not None and (key in self._read or key in self._passed)
+
+    def record(self, key: str | None) -> None:
+        """Note that the resource of `key` passed the check in this run."""
+        if key is not None:
+            self._passed.add(key)
+
+    def save(self) -> None:
+        """Write this run's digests, unless the file already lists them all.
+
+        A run that adds none (an unchanged re-run, whose input is the previous run's output)
+        leaves the file as it is, with the entries it no longer needs: the file never grows
+        without being written, and then it holds this run's resources only.
+        """
+        if self._passed <= self._read:
+            return
+        document = {"format": FORMAT, "passed": sorted(self._passed)}
+        write_atomically(self.path, json.dumps(document, indent=0).encode() + b"\n")
+
+
+def _is_hash(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX

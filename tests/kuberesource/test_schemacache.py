@@ -1,0 +1,167 @@
+"""The schema cache: a changed byte of the resource or the schemas misses it, failures never hit.
+
+The cache (contrast.kuberesource.schemacache) lets an unchanged `generate` re-run skip the
+jsonschema check of resources that passed last time. Each byte of a resource's plain JSON is
+changed here and the key must change with it; so must a change of a library version or of the
+check's code; a resource the check refuses is never recorded.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from ruamel.yaml import YAML
+
+from contrast.kuberesource import schema, schemacache
+from contrast.kuberesource.schemacache import FILE, SchemaCache
+
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "labels": {"app": "web"}},
+    "spec": {
+        "containers": [{"name": "web", "image": "nginx:1", "args": ["-p", "80"], "tty": True}]
+    },
+}
+
+
+def _cache(tmp_path: Path, digest: str = "a" * 64) -> SchemaCache:
+    return SchemaCache(tmp_path / FILE, digest)
+
+
+def _checked(cache: SchemaCache, resource: dict[str, Any]) -> str | None:
+    """What generate does with one resource: check it unless it passed, then record it."""
+    key = cache.key(resource)
+    if not cache.passed(key):
+        schema.check(resource, "test")
+    cache.record(key)
+    return key
+
+
+def test_a_recorded_pass_is_found_by_the_next_run(tmp_path: Path) -> None:
+    first = _cache(tmp_path)
+    key = _checked(first, POD)
+    assert key is not None
+    assert not first.passed(first.key({**POD, "kind": "Service"}))
+    first.save()
+    second = _cache(tmp_path)
+    assert second.passed(second.key(copy.deepcopy(POD)))
+    assert second.passed(key)
+
+
+def test_the_same_content_read_by_ruamel_has_the_same_key(tmp_path: Path) -> None:
+    """A round-trip node (ScalarString, CommentedMap) is keyed by the plain value it holds."""
+    cache = _cache(tmp_path)
+    text = json.dumps(POD)
+    read = YAML(typ="rt").load(text)
+    assert cache.key(read) == cache.key(POD)
+
+
+@given(data=st.data())
+def test_one_changed_byte_anywhere_in_the_resource_misses(data: st.DataObject) -> None:
+    cache = SchemaCache(Path("/nonexistent") / FILE, "a" * 64)
+    text = json.dumps(POD)
+    position = data.draw(st.integers(0, len(text) - 1))
+    replacement = data.draw(st.characters(codec="utf-8").filter(lambda c: c != text[position]))
+    changed_text = text[:position] + replacement + text[position + 1 :]
+    try:
+        changed = json.loads(changed_text)
+    except ValueError:
+        return  # not JSON any more: no resource to compare
+    if not isinstance(changed, dict):
+        return
+    keys = (cache.key(POD), cache.key(changed))
+    same_reading = json.dumps(changed) == text
+    assert (keys[0] == keys[1]) == same_reading
+
+
+def test_key_order_and_types_are_part_of_the_key(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    reordered = {key: POD[key] for key in reversed(list(POD))}
+    assert cache.key(reordered) != cache.key(POD)
+    as_number = copy.deepcopy(POD)
+    as_number["spec"]["containers"][0]["tty"] = 1  # True and 1 are equal in Python
+    assert as_number == POD
+    assert cache.key(as_number) != cache.key(POD)
+
+
+def test_other_schemas_or_code_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = schemacache.schema_digest()
+    assert _cache(tmp_path, before).key(POD) != _cache(tmp_path, "b" * 64).key(POD)
+    real = schemacache.metadata.version
+
+    def other_version(name: str) -> str:
+        return "0.0.0" if name == "kubernetes-validate" else real(name)
+
+    monkeypatch.setattr(schemacache.metadata, "version", other_version)
+    assert schemacache.schema_digest() != before
+    monkeypatch.undo()
+    code = tmp_path / "schema.py"
+    code.write_bytes(Path(schema.__file__).read_bytes() + b"\n")
+    monkeypatch.setattr(schemacache.schema_module, "__file__", str(code))
+    assert schemacache.schema_digest() != before
+
+
+def test_a_refused_resource_is_never_recorded(tmp_path: Path) -> None:
+    wrong = copy.deepcopy(POD)
+    wrong["spec"]["containers"][0]["tty"] = "no"
+    for _ in range(2):  # refused again on the next run: nothing was written to skip it
+        cache = _cache(tmp_path)
+        with pytest.raises(schema.SchemaError, match="tty"):
+            _checked(cache, wrong)
+        cache.save()
+        assert not (tmp_path / FILE).exists()
+
+
+def test_a_resource_without_string_kind_has_no_key(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    assert cache.key({**POD, "kind": ["Pod"]}) is None
+    assert cache.key({"kind": "Pod"}) is None
+    assert not cache.passed(None)
+
+
+def test_a_run_that_adds_a_resource_keeps_only_its_own(tmp_path: Path) -> None:
+    other = {**POD, "metadata": {"name": "other"}}
+    first = _cache(tmp_path)
+    _checked(first, POD)
+    _checked(first, other)
+    first.save()
+    written = (tmp_path / FILE).read_bytes()
+    unchanged = _cache(tmp_path)
+    _checked(unchanged, POD)
+    unchanged.save()
+    assert (tmp_path / FILE).read_bytes() == written  # nothing new: not written
+    third = _cache(tmp_path)
+    new = {**POD, "metadata": {"name": "new"}}
+    _checked(third, POD)
+    _checked(third, new)
+    third.save()
+    document = json.loads((tmp_path / FILE).read_text())
+    assert document["passed"] == sorted([third.key(POD), third.key(new)])
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[]",
+        '{"format": 2, "passed": []}',
+        '{"format": 1, "passed": {}}',
+        '{"format": 1, "passed": [[["deep"]]]}',
+        '{"format": 1, "passed": ["not a hash", 1, null]}',
+    ],
+)
+def test_a_damaged_file_is_ignored(tmp_path: Path, text: str) -> None:
+    (tmp_path / FILE).write_text(text)
+    cache = _cache(tmp_path)
+    assert not cache.passed(cache.key(POD))
+    _checked(cache, POD)
+    cache.save()
+    assert _cache(tmp_path).passed(cache.key(POD))
