@@ -16,8 +16,9 @@ from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.coordinator.core import Coordinator
 from contrast.history.history import History
 from contrast.history.store import FileSystemStore
+from contrast.manifest.emulated import emulated_snp_reference_values
 from contrast.manifest.ownership import owner_key_digest, sign_update
-from contrast.manifest.verifier import emulated_snp_reference_values, workload_verifier
+from contrast.manifest.verifier import workload_verifier
 from contrast.policy.initdata import Initdata
 from contrast.seed.shares import public_key_hex
 

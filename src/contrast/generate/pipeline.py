@@ -35,7 +35,6 @@ from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
 from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
-from contrast.manifest.defaults import handlers_in, load_embedded
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
 from contrast.platforms import Platform
@@ -193,6 +192,9 @@ def _reference_values(path: Path | None) -> dict[str, Any] | None:
     """The reference values by runtime handler from `path` (None: the ones built in)."""
     if path is None:
         return None
+    # Imported here, as below: the real platforms' defaults are not needed without this file.
+    from contrast.manifest.defaults import load_embedded  # noqa: PLC0415
+
     try:
         return load_embedded(path)
     except ManifestError as error:
@@ -201,6 +203,8 @@ def _reference_values(path: Path | None) -> dict[str, Any] | None:
 
 def _handlers(embedded: Mapping[str, Any]) -> dict[Platform, str]:
     """The handler of each platform whose runtime the reference values name (a built one)."""
+    from contrast.manifest.defaults import handlers_in  # noqa: PLC0415
+
     try:
         return handlers_in(embedded)
     except ManifestError as error:

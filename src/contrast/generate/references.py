@@ -15,11 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrast.attestation.emulated.snp import EmulatedSnp
-from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.generate.errors import GenerateError
-from contrast.manifest.defaults import default_reference_values
-from contrast.manifest.verifier import emulated_snp_reference_values, emulated_tdx_reference_values
 from contrast.platforms import Platform, Tee
 
 ReferenceValues = dict[str, list[dict[str, Any]]]
@@ -38,7 +34,11 @@ class ReferenceValueProvider:
     handlers: Mapping[Platform, str] = field(default_factory=dict)
 
     def __call__(self, platform: Platform) -> tuple[ReferenceValues, list[str]]:
+        # Each kind of platform imports what it needs here: the modules of every TEE together
+        # cost a tenth of a second at each start, most of an unchanged re-run of one platform.
         if not platform.emulated:
+            from contrast.manifest.defaults import default_reference_values  # noqa: PLC0415
+
             return default_reference_values(
                 platform, embedded=self.embedded, handler=self.handlers.get(platform)
             )
@@ -48,5 +48,11 @@ class ReferenceValueProvider:
                 hint="pass --emulated-tee DIR (the --tee-state of the Coordinator and workloads)",
             )
         if platform.tee is Tee.TDX:
+            from contrast.attestation.emulated.tdx import EmulatedTdx  # noqa: PLC0415
+            from contrast.manifest.emulated import emulated_tdx_reference_values  # noqa: PLC0415
+
             return {"tdx": [emulated_tdx_reference_values(EmulatedTdx(self.emulated_tee))]}, []
+        from contrast.attestation.emulated.snp import EmulatedSnp  # noqa: PLC0415
+        from contrast.manifest.emulated import emulated_snp_reference_values  # noqa: PLC0415
+
         return {"snp": [emulated_snp_reference_values(EmulatedSnp(self.emulated_tee))]}, []

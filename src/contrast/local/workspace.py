@@ -23,11 +23,11 @@ from contrast.client.workspace import (
     Workspace,
 )
 from contrast.generate.keys import ensure_owner_keys
-from contrast.manifest.model import Manifest
-from contrast.manifest.verifier import (
+from contrast.manifest.emulated import (
     emulated_snp_reference_values,
     emulated_tdx_reference_values,
 )
+from contrast.manifest.model import Manifest
 from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation, policy_hash
 
 RESOURCES = "resources"

@@ -22,7 +22,7 @@ Values only the operator knows are "expected missing" (the original's term): wri
 `contrast generate` can tell the user what to fill in: the bare-metal SNP `MinimumTCB`, and the TDX
 `MrSeam` and, unless a known-good boot gave it, `Rtmrs[0]`. Emulated platforms are not handled
 here: their entries name the emulated TEE's roots
-(`manifest.verifier.emulated_*_reference_values`).
+(`manifest.emulated`).
 """
 
 from __future__ import annotations

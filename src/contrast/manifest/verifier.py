@@ -14,13 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
-
 from contrast.atls.peer import AttestedPeer
 from contrast.attestation import certificates
-from contrast.attestation.emulated.snp import EmulatedSnp
-from contrast.attestation.emulated.tdx import DEFAULT_MR_TD, DEFAULT_XFAM, EmulatedTdx
 from contrast.attestation.errors import AttestationError, Reason, ReferenceMismatch
 from contrast.attestation.evidence import Evidence, Platform
 from contrast.attestation.snp import reference as snp_reference
@@ -32,13 +27,15 @@ from contrast.attestation.tdx import verify as tdx_verify
 from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
 from contrast.errors import ContrastError
+from contrast.manifest.emulated import (
+    EMULATED_SNP,
+    EMULATED_TDX,
+    PLATFORM,
+    TRUSTED_ROOTS,
+)
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest
 
-EMULATED_SNP = "Emulated-SNP"
-EMULATED_TDX = "Emulated-TDX"
-PLATFORM = "Platform"
-TRUSTED_ROOTS = "TrustedRoots"
 POLICY_HASH_SIZE = 32
 
 
@@ -55,41 +52,6 @@ class TdxEntry:
     platform: str
     reference: tdx_reference.TdxReferenceValues
     roots: IntelRootStore
-
-
-def _pem(certificate: x509.Certificate) -> str:
-    return certificate.public_bytes(serialization.Encoding.PEM).decode()
-
-
-def emulated_snp_reference_values(tee: EmulatedSnp) -> dict[str, Any]:
-    """The manifest entry that admits evidence of this emulated TEE (and nothing real)."""
-    product = tee.product
-    roots = tee.roots.for_product(product)
-    assert roots is not None
-    reference = snp_reference.SnpReferenceValues(
-        measurements=frozenset({tee.measurement}),
-    )
-    return {
-        PLATFORM: EMULATED_SNP,
-        **reference.to_json(),
-        TRUSTED_ROOTS: {"ARK": _pem(roots.ark), "ASK": _pem(roots.ask)},
-    }
-
-
-def emulated_tdx_reference_values(tee: EmulatedTdx) -> dict[str, Any]:
-    """The manifest entry that admits quotes of this emulated TDX TEE (and nothing real)."""
-    reference = tdx_reference.TdxReferenceValues(
-        mr_td=frozenset({DEFAULT_MR_TD}), xfam=DEFAULT_XFAM, emulated=True
-    )
-    roots = tee.roots
-    return {
-        PLATFORM: EMULATED_TDX,
-        **reference.to_json(),
-        TRUSTED_ROOTS: {
-            "RootCA": _pem(roots.root),
-            "TcbSigning": [_pem(certificate) for certificate in roots.tcb_signing],
-        },
-    }
 
 
 def _tdx_entry(raw: Mapping[str, Any], index: int) -> TdxEntry:
