@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from contrast.images.auth import DockerConfig
 from contrast.images.cache import LayerCache
@@ -35,8 +36,10 @@ from contrast.images.manifest import (
 from contrast.images.model import ImageError, ImageFacts
 from contrast.images.progress import PullProgress
 from contrast.images.reference import ImageReference
-from contrast.images.registry import RegistryClient
 from contrast.images.streams import DigestingReader, DigestMismatch, Readable
+
+if TYPE_CHECKING:
+    from contrast.images.registry import RegistryClient
 
 LOG = logging.getLogger(__name__)
 
@@ -97,10 +100,10 @@ class ImageResolver:
         `progress=True` draws a progress line on stderr when it is a terminal.
         """
         self._layouts = [OciLayout(path) for path in oci_layouts]
-        self._client = client or RegistryClient(
-            insecure_registries=insecure_registries,
-            docker_config=DockerConfig.load(docker_config),
-        )
+        self._insecure_registries = insecure_registries
+        self._docker_config = DockerConfig.load(docker_config)
+        self._client = client
+        self._client_lock = threading.Lock()
         self._cache = LayerCache(cache_path)
         if isinstance(progress, PullProgress):
             self._progress = progress
@@ -134,6 +137,22 @@ class ImageResolver:
             )
         return facts
 
+    def _registry(self) -> RegistryClient:
+        """The registry client, made when an image is not in a layout (threads ask at once).
+
+        Made on first use: with every image in a layout none is needed, nor its HTTP and TLS
+        modules and the system's CA certificates, which cost tens of milliseconds at each start.
+        """
+        with self._client_lock:
+            if self._client is None:
+                from contrast.images.registry import RegistryClient  # noqa: PLC0415
+
+                self._client = RegistryClient(
+                    insecure_registries=self._insecure_registries,
+                    docker_config=self._docker_config,
+                )
+            return self._client
+
     def _locate(self, reference: ImageReference) -> _Located:
         """Where `reference` is and what it is; errors name the image, since one run has many."""
         try:
@@ -149,8 +168,9 @@ class ImageResolver:
             entry = layout.find(reference)
             if entry is not None:
                 return self._from_store(reference, entry, layout, str(layout))
-        blobs = _RegistryBlobs(self._client, reference)
-        document = self._client.manifest(reference, reference.manifest_reference)
+        client = self._registry()
+        blobs = _RegistryBlobs(client, reference)
+        document = client.manifest(reference, reference.manifest_reference)
         digest = f"sha256:{hashlib.sha256(document.data).hexdigest()}"
         expected = reference.digest or document.claimed_digest
         if expected is not None and digest != expected:
@@ -161,7 +181,7 @@ class ImageResolver:
         parsed = parse_manifest(document.data, document.media_type, f"manifest of {reference}")
         if isinstance(parsed, Index):
             platform = parsed.select_platform(f"{reference}")
-            inner = self._client.manifest(reference, platform.digest)
+            inner = client.manifest(reference, platform.digest)
             _check_digest(inner.data, platform.digest, f"linux/amd64 manifest of {reference}")
             parsed = parse_manifest(inner.data, inner.media_type, f"manifest of {reference}")
         return self._finish(reference, digest, parsed, blobs)
