@@ -17,9 +17,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from multiprocessing import get_all_start_methods, get_context
 from typing import Any, TypeVar
 
 _T = TypeVar("_T")
@@ -56,7 +53,15 @@ def map_in_processes(
     worker. Its results must be picklable.
     """
     count = min(workers(), len(items))
-    if count < 2 or len(items) < minimum or "fork" not in get_all_start_methods():
+    if count < 2 or len(items) < minimum:
+        return [function(item) for item in items]
+    # Imported here: a run with little to do (an unchanged re-run) starts no worker and should
+    # not pay for the process pool's modules either.
+    from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
+    from concurrent.futures.process import BrokenProcessPool  # noqa: PLC0415
+    from multiprocessing import get_all_start_methods, get_context  # noqa: PLC0415
+
+    if "fork" not in get_all_start_methods():
         return [function(item) for item in items]
     for stream in (sys.stdout, sys.stderr):  # a worker flushes what it inherited when it exits
         stream.flush()
