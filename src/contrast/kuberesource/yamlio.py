@@ -475,7 +475,8 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
     """
     name = "<stdin>" if str(path) == STDIO else str(path)
     documents = yamlfast.load_all(text) if plain else None
-    if documents is not None and _split_at_markers(text, len(documents)) is None:
+    texts = None if documents is None else _split_at_markers(text, len(documents))
+    if texts is None:
         documents = None  # a stream whose documents only ruamel's parser tells apart
     read_plain = documents is not None
     if documents is None:
@@ -493,7 +494,8 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
                 hint="simplify the YAML there (a plain string key instead of a complex one)",
             ) from None
     yamlbounds.check_aliases(documents, text, name)
-    texts = _split_at_markers(text, len(documents))
+    if texts is None:
+        texts = _split_at_markers(text, len(documents))
     if texts is None:
         texts = _document_texts(text, name)
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
@@ -648,6 +650,15 @@ def to_plain(node: Any) -> Any:
     For consumers that hash or serialise resources (the policy generator): ruamel's scalar
     subclasses, comments and anchors must not leak into what they see.
     """
+    kind = type(node)
+    # Plain values first, by their exact type (most of a resource, and cheaper than the ABC
+    # checks below): each is returned as the branches below would return it.
+    if kind is str or kind is int or kind is float or kind is bool or node is None:
+        return node
+    if kind is dict:
+        return {str(key): to_plain(value) for key, value in node.items()}
+    if kind is list:
+        return [to_plain(item) for item in node]
     if isinstance(node, Mapping):
         return {str(key): to_plain(value) for key, value in node.items()}
     if isinstance(node, list | tuple):
