@@ -435,6 +435,15 @@ def _has_content(text: str) -> bool:
     return any(line.strip() and not line.lstrip().startswith("#") for line in text.splitlines())
 
 
+def _begins_a_line(text: str, marker: str) -> bool:
+    """Whether a line of `text` begins with `marker` (where a MULTILINE `^` may match).
+
+    A test with `in` before the marker regexes: a regex starting with `^` is tried at every
+    position, which over a file's 16 KB initdata line cost more than libyaml's parse of it.
+    """
+    return text.startswith(marker) or f"\n{marker}" in text
+
+
 def _split_at_markers(text: str, count: int) -> list[str] | None:
     """The documents' texts, split at `---` lines; None if that does not give `count` of them.
 
@@ -442,9 +451,13 @@ def _split_at_markers(text: str, count: int) -> list[str] | None:
     scalars), so this is exact for the streams `kubectl`, kustomize and helm write; directives,
     `...` markers and anything unexpected take the parser's way.
     """
-    if re.search(r"^(?:\.\.\.|%)", text, re.MULTILINE):
+    if _begins_a_line(text, "...") or _begins_a_line(text, "%"):
         return None
-    starts = [match.start() for match in _DOCUMENT_START.finditer(text)]
+    starts = (
+        [match.start() for match in _DOCUMENT_START.finditer(text)]
+        if _begins_a_line(text, "---")
+        else []
+    )
     boundaries = [0, *(start for start in starts if start > 0), len(text)]
     texts = [text[start:end] for start, end in itertools.pairwise(boundaries)]
     if texts and not texts[0].startswith("---") and not _has_content(texts[0]):
@@ -506,7 +519,8 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
             _Source(
                 text=document_text,
                 explicit_start=_starts_explicitly(document_text),
-                explicit_end=bool(_DOCUMENT_END.search(document_text)),
+                explicit_end=_begins_a_line(document_text, "...")
+                and bool(_DOCUMENT_END.search(document_text)),
                 indentation=guess_indentation(document_text),
                 fingerprint=_fingerprint(document),
             )
