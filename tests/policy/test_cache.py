@@ -93,6 +93,26 @@ def test_a_changed_byte_misses_the_cache(tmp_path: Path, change: Callable[[Input
     assert given.key(tmp_path / "cache.json") != before
 
 
+FACT_CHANGES = [name for name in CHANGES if name.startswith("an image")]
+
+
+@pytest.mark.parametrize("name", FACT_CHANGES)
+def test_one_cache_keys_changed_facts_anew(tmp_path: Path, name: str) -> None:
+    """The image parts of the keys are made once per image: other facts make them again."""
+    given = inputs()
+    cache = PolicyCache(tmp_path / "cache.json", given.rules, Settings(given.settings), [])
+    generator = PolicyGenerator(given.rules, Settings(given.settings))
+    used = generator.required_images(given.workload)
+    before = cache.key(given.workload, given.images, used)
+    assert cache.key(given.workload, given.images, used) == before
+    CHANGES[name](given)
+    assert cache.key(given.workload, given.images, used) != before
+    fresh = PolicyCache(tmp_path / "cache.json", given.rules, Settings(given.settings), [])
+    assert cache.key(given.workload, given.images, used) == fresh.key(
+        given.workload, given.images, used
+    )
+
+
 @pytest.mark.parametrize("others", [None, {}, {"team": "blue"}], ids=["none", "empty", "another"])
 def test_the_initdata_annotation_is_not_read(others: dict[str, str] | None) -> None:
     """What leaving it out of the key relies on: the policy does not depend on it."""

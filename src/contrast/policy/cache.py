@@ -82,6 +82,9 @@ class PolicyCache:
         self.path = path
         self._read = self._load(path)
         self._used: dict[str, tuple[str, str]] = {}
+        # Each image's part of the keys, by name, with the facts object it was made from: a run
+        # has a few images and many workloads running each.
+        self._facts: dict[str, tuple[ImageFacts, bytes]] = {}
         run = hashlib.sha256()
         for part in (
             _canonical([FORMAT, contrast.__version__, _code_digest()]),
@@ -117,11 +120,19 @@ class PolicyCache:
         text = _canonical(resource)
         if ANNOTATION.encode() in text:  # named elsewhere: it may be read, so it is keyed
             text += b"\0" + _canonical(annotation)
-        facts = [[image, dataclasses.asdict(images[image])] for image in sorted(used)]
+        # The canonical JSON list of [image, facts] pairs, of parts made once per image.
+        facts = b",".join(self._image_part(image, images[image]) for image in sorted(used))
         hashed = self._run.copy()
-        for part in (text, _canonical(facts)):
+        for part in (text, b"[" + facts + b"]"):
             hashed.update(hashlib.sha256(part).digest())
         return hashed.hexdigest()
+
+    def _image_part(self, image: str, facts: ImageFacts) -> bytes:
+        """`_canonical([image, every field of facts])`, made once per image and run."""
+        known = self._facts.get(image)
+        if known is None or known[0] is not facts:
+            known = self._facts[image] = (facts, _canonical([image, dataclasses.asdict(facts)]))
+        return known[1]
 
     def lookup(self, key: str, annotation: Any) -> str | None:
         """The policy hash for `key` if `annotation` is the very one derived for it, else None."""
