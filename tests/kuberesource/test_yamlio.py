@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import io
+import itertools
 import json
+import re
 import stat
 from pathlib import Path
 
@@ -259,3 +261,42 @@ def test_combined_output(tmp_path: Path) -> None:
     out = io.StringIO()
     assert yamlio.write_combined(files, "-", stdout=out) is True
     assert out.getvalue() == text
+
+
+# Lines made of the pieces that decide where documents start and end, among others.
+_MARKER_LINES = st.lists(
+    st.sampled_from(
+        ["---", "--- ", "---\t", "---x", " ---", "...", "... ", "...x", "%YAML 1.2", " %", "a: 1"]
+    ).map(lambda line: line + "\n")
+    | st.text(alphabet="-.% \tab:\n", max_size=12),
+    max_size=8,
+).map("".join)
+
+
+@given(text=_MARKER_LINES, marker=st.sampled_from(["---", "...", "%"]))
+def test_a_line_begins_with_a_marker_where_a_multiline_regex_finds_it(
+    text: str, marker: str
+) -> None:
+    """The substring test before the marker regexes answers as `^marker` with MULTILINE."""
+    found = re.search(f"^{re.escape(marker)}", text, re.MULTILINE) is not None
+    assert yamlio._begins_a_line(text, marker) is found
+
+
+def _split_by_regex(text: str, count: int) -> list[str] | None:
+    """`_split_at_markers` as it was, with the regexes alone."""
+    if re.search(r"^(?:\.\.\.|%)", text, re.MULTILINE):
+        return None
+    starts = [match.start() for match in yamlio._DOCUMENT_START.finditer(text)]
+    boundaries = [0, *(start for start in starts if start > 0), len(text)]
+    texts = [text[start:end] for start, end in itertools.pairwise(boundaries)]
+    if texts and not texts[0].startswith("---") and not yamlio._has_content(texts[0]):
+        if len(texts) == 1:
+            return [] if count == 0 else None
+        texts[1] = texts[0] + texts[1]
+        del texts[0]
+    return texts if len(texts) == count else None
+
+
+@given(text=_MARKER_LINES, count=st.integers(0, 4))
+def test_streams_split_at_markers_as_with_the_regexes_alone(text: str, count: int) -> None:
+    assert yamlio._split_at_markers(text, count) == _split_by_regex(text, count)
