@@ -395,7 +395,7 @@ def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None)
     def passes(item: tuple[Mapping[str, Any], str]) -> bool:
         try:
             schema.check(item[0], "")
-        except schema.SchemaError:
+        except Exception:  # whatever it is, the resource is just not recorded
             return False
         return True
 
