@@ -169,6 +169,9 @@ AWKWARD = [
     "a" * 200,
     "Memory",
     "50Mi",
+    "H4sI" + "A" * 1100 + "/=",  # a blob (an initdata annotation)
+    "/" + "a" * 1100,
+    "1" * 1100,  # long, but a number
 ]
 _words = st.sampled_from(["name", "image", "app", "x", "value", "ports", "a-b", "a.b/c", "k8s"])
 _strings = st.one_of(st.sampled_from(AWKWARD), _words, st.text(max_size=12))

@@ -125,8 +125,8 @@ class _Writer:
                 f"{_key(key, flow=True)}: {self.flow_item(value)}" for key, value in node.items()
             )
             return f"{{{', '.join(items)}}}"
-        if any(isinstance(item, dict) and len(item) == 1 for item in node):
-            raise _Declined  # `[a: 1]`: ruamel leaves out the braces of a one-entry mapping
+        if any(isinstance(item, dict) for item in node):
+            raise _Declined  # `[a: 1]`, `[ {}]`: ruamel's own spacing and braces there
         return f"[{', '.join(self.flow_item(item) for item in node)}]"
 
     def flow_item(self, value: Any) -> str:
