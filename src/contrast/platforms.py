@@ -15,8 +15,8 @@ import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
+from contrast import runtimehashes
 from contrast.errors import ContrastError
-from contrast.nodeinstaller.runtime import load_runtime, runtime_hash_of
 
 RUNTIME_CLASS_PREFIX = "contrast-cc"
 SHIM_MEMORY_MIB = 70
@@ -70,7 +70,16 @@ class Platform:
 
 @functools.cache
 def runtime_hash(platform: Platform) -> str:
-    """8 hex characters naming this release's runtime for `platform`, derived from its content."""
+    """8 hex characters naming this release's runtime for `platform`, derived from its content.
+
+    The hash recorded for the shipped description when its inputs are unchanged
+    (`runtimehashes.py`: no pydantic at start), else derived from the description.
+    """
+    recorded = runtimehashes.recorded(platform.name)
+    if recorded is not None:
+        return recorded
+    from contrast.nodeinstaller.runtime import load_runtime, runtime_hash_of  # noqa: PLC0415
+
     return runtime_hash_of(load_runtime(platform.name))
 
 
