@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from ruamel.yaml.error import YAMLError
 
 from contrast.kuberesource import yamlio
-from contrast.kuberesource.yamlio import BLOB_MINIMUM, load_text
+from contrast.kuberesource.yamlblob import MINIMUM as BLOB_MINIMUM
+from contrast.kuberesource.yamlio import load_text
 
 BLOB = base64.b64encode(bytes(range(256)) * 5).decode()  # 1368 characters, with '/' and 'G'-'Z'
 HEX = "ab" * BLOB_MINIMUM  # no character a number could not have: never set aside

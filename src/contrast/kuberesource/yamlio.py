@@ -38,7 +38,7 @@ from ruamel.yaml.scalarstring import (
 )
 
 from contrast.files import write_atomically
-from contrast.kuberesource import yamlbounds, yamlfast, yamlrtdump, yamlrtload
+from contrast.kuberesource import yamlblob, yamlbounds, yamlfast, yamlrtdump, yamlrtload
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 
 STDIO = "-"
@@ -140,11 +140,9 @@ class ResourceFile:
             fast = yamlrtload.load(source)
             if fast is not None:
                 self._native.add(index)
-            documents = (
-                (fast,)
-                if fast is not None
-                else _load_with_blobs_set_aside(source) or tuple(_yaml().load_all(source))
-            )
+                documents: tuple[Any, ...] = (fast,)
+            else:
+                documents = _load_with_blobs_set_aside(source) or tuple(_yaml().load_all(source))
             if len(documents) != 1:  # pragma: no cover - split where the parser splits
                 raise YamlError(f"{self.name}: cannot tell its documents apart")
             self._round_trips[index] = documents[0]
@@ -303,7 +301,7 @@ def _serialise(document: Any, source: _Source) -> str:
     """The document as text, with long blobs set aside while ruamel's emitter works.
 
     The emitter looks at every character of a scalar to choose its style; for a 16 KB initdata
-    annotation that was most of the time `generate` spent writing. A blob (see `_BLOB`) is plain
+    annotation that was most of the time `generate` spent writing. A blob (see `yamlblob`) is plain
     text in every style, so it is swapped for a short token of the same kind, and the token for
     the blob in the text ruamel writes.
     """
@@ -356,10 +354,10 @@ def _has_comment(node: Any, key: Any) -> bool:
 
 
 def _is_blob(value: Any) -> bool:
-    if type(value) not in _RESTORABLE or len(value) < BLOB_MINIMUM:
+    if type(value) not in _RESTORABLE:
         return False
     anchored = isinstance(value, ScalarString) and value.anchor.value is not None
-    return not anchored and _BLOB.fullmatch(value) is not None
+    return not anchored and yamlblob.is_blob(value)
 
 
 def _dump(document: Any, source: _Source) -> str:
@@ -528,16 +526,6 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
     return ResourceFile(Path(path), documents, text, tuple(sources), plain=read_plain)
 
 
-# A long run of base64 characters that stands alone between blanks or quotes: the value of an
-# initdata annotation (16 KB in a typical policy), a certificate or key in a ConfigMap. ruamel's
-# pure-Python scanner reads it character by character, which was half of `generate`'s time.
-# It must hold a character that no YAML number, boolean or null has ([G-Z], '/', lowercase
-# letters other than o and x), so that it can only be a string, whatever the YAML version.
-BLOB_MINIMUM = 1024
-_BLOB = re.compile(
-    rf"(?<![^\s'\"])(?=[A-Za-z0-9+/=]{{{BLOB_MINIMUM}}})(?=[A-Za-z0-9+/=]*?[G-Zg-np-wyz/])"
-    r"[A-Za-z0-9+/=]+(?![^\s'\"])"
-)
 # The kinds of string a blob may be restored into: those whose only state is their text.
 _RESTORABLE = (str, DoubleQuotedScalarString, SingleQuotedScalarString)
 
@@ -551,7 +539,7 @@ def _load_with_blobs_set_aside(text: str) -> tuple[Any, ...] | None:
     anchored scalar), or when the shortened text does not parse: the full parse then gives the
     exact error.
     """
-    blobs = _BLOB.findall(text)
+    blobs = yamlblob.PATTERN.findall(text)
     if not blobs:
         return None
     nonce = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
@@ -559,7 +547,7 @@ def _load_with_blobs_set_aside(text: str) -> tuple[Any, ...] | None:
     if prefix in text:
         return None
     numbers = iter(itertools.count())
-    shortened = _BLOB.sub(lambda _: f"{prefix}{next(numbers)}z", text)
+    shortened = yamlblob.PATTERN.sub(lambda _: f"{prefix}{next(numbers)}z", text)
     try:
         documents = tuple(_yaml().load_all(shortened))
     except Exception:  # whatever it is, the full parse gives ruamel's own answer

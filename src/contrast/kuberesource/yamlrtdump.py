@@ -30,16 +30,13 @@ from ruamel.yaml.scalarint import ScalarInt
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString, SingleQuotedScalarString
 from ruamel.yaml.tag import Tag
 
-from contrast.kuberesource import yamlrtload
+from contrast.kuberesource import yamlblob, yamlrtload
 
 _STR = "tag:yaml.org,2002:str"
 # Printable ASCII on one line: written inside quotes as it is (no escapes, no folding).
 _QUOTABLE = re.compile(r"[ -~]*\Z")
 # ruamel's simple keys are at most 128 characters; longer ones are written as `? key`.
 _SIMPLE_KEY_LIMIT = 128
-# A blob (see yamlio._BLOB) is plain in every context and resolves to a string.
-_BLOB_MINIMUM = 1024
-_BLOB = re.compile(r"(?=[A-Za-z0-9+/=]*?[G-Zg-np-wyz/])[A-Za-z0-9+/=]+\Z")
 
 
 class _Declined(Exception):
@@ -185,8 +182,8 @@ def _scalar(value: Any, *, flow: bool, key: bool) -> str:
     if kind is not str and value.anchor.value is not None:
         raise _Declined
     text = str(value)
-    if requested is None and len(text) >= _BLOB_MINIMUM and _BLOB.match(text) and not key:
-        return text
+    if requested is None and not key and yamlblob.is_blob(text):
+        return text  # plain in every context, and a string
     choose = _remembered_style if len(text) <= yamlrtload.REMEMBERED_LENGTH else _style
     style = choose(text, requested, flow=flow, key=key)
     if style == "":
@@ -202,9 +199,9 @@ def _scalar(value: Any, *, flow: bool, key: bool) -> str:
 
 def _style(value: str, requested: str | None, *, flow: bool, key: bool) -> str:
     """ruamel's `Emitter.choose_scalar_style` for a string in block or flow context."""
-    analysis = _ANALYZER.analyze_scalar(value)
     if requested == '"':
         return '"'
+    analysis = _ANALYZER.analyze_scalar(value)
     if requested is None and yamlrtload.plain_tag(value) == _STR:
         simple_key_problem = key and (analysis.empty or analysis.multiline)
         allowed = analysis.allow_flow_plain if flow else analysis.allow_block_plain
