@@ -85,3 +85,54 @@ def test_an_unknown_command_names_the_choices(capsys: pytest.CaptureFixture[str]
     err = capsys.readouterr().err
     assert "invalid choice: 'nope'" in err
     assert "node-installer" in err
+
+
+def _commands(parser: argparse.ArgumentParser) -> list[str]:
+    subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return list(subparsers.choices)
+
+
+@pytest.mark.parametrize(
+    "argv", [["evidence", "verify", "x"], ["--debug", "evidence"], ["evidence", "--help"]]
+)
+def test_a_command_s_parser_is_made_alone(argv: list[str]) -> None:
+    # Nothing these can print lists the other commands; making their parsers cost evidence
+    # verify more than its own.
+    assert _commands(build_parser(argv)) == ["evidence"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help", "evidence"], ["--he", "evidence"], ["-h", "evidence"], ["--version", "evidence"],
+     ["nope"], [], ["--debug"], ["--", "evidence"]],
+)  # fmt: skip
+def test_whatever_may_list_the_commands_has_them_all(argv: list[str]) -> None:
+    assert sorted(_commands(build_parser(argv))) == sorted(COMMANDS)
+
+
+def test_help_before_a_command_lists_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--help", "evidence", "verify"])
+    assert exit_.value.code == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: contrast [-h]")
+    assert all(f"\n    {name}" in out for name in COMMANDS)
+
+
+def test_an_option_after_a_lone_command_is_refused_as_before(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(["--debug", "evidence", "verify", "x", "--nope"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.splitlines() == [
+        "usage: contrast [-h] [--version] [--debug] COMMAND ...",
+        "contrast: error: unrecognized arguments: --nope",
+    ]
+
+
+def test_only_commands_that_log_load_logging() -> None:
+    assert [name for name, command in COMMANDS.items() if not command.logs] == ["evidence"]
+    loaded = _loaded_after("import contrast.cli.main as m\nm.main(['evidence', 'verify', 'x'])")
+    assert "logging" not in loaded

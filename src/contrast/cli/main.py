@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import logging
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from contrast import __version__
 from contrast.errors import ContrastError
@@ -20,12 +19,20 @@ EXIT_FAILURE = 1
 EXIT_USAGE = 2
 
 
-@dataclass(frozen=True)
-class Command:
-    """A top-level command: the module under `contrast.cli` that registers it, and its help."""
+class Command(NamedTuple):
+    """A top-level command: the module under `contrast.cli` that registers it, and its help.
+
+    `logs` is False for a command whose code never logs: it runs without the logging module
+    (unless `--debug` asks for debug logs), which would cost `contrast evidence verify` a
+    twentieth of its time. tests/cli/test_main.py checks that such a command loads no logging.
+
+    A named tuple, not a dataclass: `contrast --help` then loads neither `dataclasses` nor the
+    `inspect` it imports, a sixth of its time.
+    """
 
     module: str
     help: str
+    logs: bool = True
 
 
 # Every command, in the order `contrast --help` lists them. A module is imported only when its
@@ -58,7 +65,7 @@ COMMANDS = {
     "node-installer": Command(
         "nodeinstaller", "install a platform's runtime into a node's root and add it to containerd"
     ),
-    "evidence": Command("evidence", "inspect attestation evidence"),
+    "evidence": Command("evidence", "inspect attestation evidence", logs=False),
     "policy": Command("policy", "evaluate Kata agent requests against a policy"),
 }
 
@@ -66,7 +73,9 @@ COMMANDS = {
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser: complete for the command `argv` names, the others only by name and help.
 
-    Without `argv`, every command is complete (for tests and documentation).
+    Without `argv`, every command is complete (for tests and documentation). The others are left
+    out when nothing `argv` can make argparse print names them: a parser per command costs
+    `contrast evidence verify` more than its own command's parser.
     """
     parser = argparse.ArgumentParser(
         prog="contrast",
@@ -84,9 +93,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
         modules = [chosen.module] if chosen is not None else []
     for module in modules:
         importlib.import_module(f"contrast.cli.{module}").register(commands)
-    for name, command in COMMANDS.items():
-        if name not in commands.choices:
-            commands.add_parser(name, help=command.help)
+    if argv is None or _may_list_commands(argv):
+        for name, command in COMMANDS.items():
+            if name not in commands.choices:
+                commands.add_parser(name, help=command.help)
     return parser
 
 
@@ -95,14 +105,25 @@ def _command_name(argv: Sequence[str]) -> str | None:
     return next((word for word in argv if not word.startswith("-")), None)
 
 
+def _may_list_commands(argv: Sequence[str]) -> bool:
+    """Whether argparse may print the list of commands while it parses `argv`.
+
+    It never does for a known command preceded by nothing but `--debug`: the words after the
+    command are its own parser's, and the top-level usage says COMMAND, not the list. Anything
+    else (`--help` or an abbreviation of it, an unknown or missing command) may list them.
+    """
+    name = _command_name(argv)
+    if name not in COMMANDS:
+        return True
+    return any(word != "--debug" for word in argv[: list(argv).index(name)])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser(argv)
     arguments = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if arguments.debug else logging.WARNING,
-        format="%(levelname)s %(name)s: %(message)s",
-    )
+    if arguments.debug or COMMANDS[arguments.command].logs:
+        _configure_logging(debug=arguments.debug)
     try:
         result: int = arguments.run(arguments)
     except ContrastError as error:
@@ -123,6 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return EXIT_FAILURE
     return result
+
+
+def _configure_logging(*, debug: bool) -> None:
+    # Imported here: a command that never logs does without it (see `Command.logs`).
+    import logging  # noqa: PLC0415
+
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
 
 
 if __name__ == "__main__":
