@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -95,6 +94,8 @@ def run_verify(arguments: argparse.Namespace) -> int:
             **({"roots": verdicts.emulated_tdx_roots(state)} if state else {}),
         )
     if arguments.output == "json":
+        import json  # noqa: PLC0415 (only this output needs it)
+
         print(json.dumps(verdict.to_json(), indent=2))
     else:
         print(_render_text(verdict))
