@@ -9,9 +9,9 @@ evidence verifies yet can never pass for AMD's.
 from __future__ import annotations
 
 import functools
-import pkgutil
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 
 from cryptography import x509
@@ -99,12 +99,12 @@ def _packaged_product_roots(product: Product) -> ProductRoots:
 
 
 def _package_data(product: Product, name: str) -> bytes:
-    # pkgutil, not importlib.resources: it reads package data from a wheel or a zip alike and
-    # does not load tempfile and zipfile, which cost more than the certificates themselves.
-    data = pkgutil.get_data(__package__, f"roots/{product.value.lower()}/{name}.pem")
-    if data is None:
-        raise RuntimeError(f"the package data of {__package__} cannot be read")
-    return data
+    # From the package's folder, as policy's assets are: importlib.resources would load tempfile
+    # and zipfile (and pkgutil importlib.util), which cost more than the certificates themselves.
+    return (_ROOTS / product.value.lower() / f"{name}.pem").read_bytes()
+
+
+_ROOTS = Path(__file__).parent / "roots"
 
 
 GENUINE_AMD_ROOTS = AmdRootStore(_PackagedRoots(), genuine=True)
