@@ -16,14 +16,17 @@ from tests.conftest import REPO
 EXAMPLES = REPO / "examples" / "evidence"
 SNP = EXAMPLES / "snp-milan-oak"
 AT = "2025-02-01T00:00:00Z"
-# The logging module (evidence verify logs nothing: `Command.logs`), the package-data machinery
-# and its tempfile and zipfile (AMD's roots are read with pkgutil), the other platform's verifier,
-# the emulated TEE and the KDS client.
+# The logging module (evidence verify logs nothing: `Command.logs`), importlib.resources with
+# its tempfile and zipfile (AMD's roots are read from their folder), pkgutil, shutil (argparse's
+# formatter is told the terminal's width), the other platform's verifier, the emulated TEE and
+# the KDS client.
 NEVER_ON_SNP = (
     "logging",
     "importlib.resources",
     "tempfile",
     "zipfile",
+    "pkgutil",
+    "shutil",
     "contrast.attestation.tdx",
     "contrast.attestation.emulated",
     "contrast.attestation.snp.kds",

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from contrast.cli.main import COMMANDS, build_parser, main
+from contrast.cli.main import COMMANDS, build_parser, main, terminal_columns
 
 # What the heavy commands pull in; none of it may load before a command that needs it runs.
 HEAVY = ("grpc", "pydantic", "contrast.coordinator", "regorus", "ruamel", "contrast.generate")
@@ -136,3 +137,37 @@ def test_only_commands_that_log_load_logging() -> None:
     assert [name for name, command in COMMANDS.items() if not command.logs] == ["evidence"]
     loaded = _loaded_after("import contrast.cli.main as m\nm.main(['evidence', 'verify', 'x'])")
     assert "logging" not in loaded
+
+
+@pytest.mark.parametrize("columns", [None, "100", "45", "0", "-3", "wide", ""])
+def test_the_terminal_is_as_wide_as_shutil_says(
+    columns: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if columns is None:
+        monkeypatch.delenv("COLUMNS", raising=False)
+    else:
+        monkeypatch.setenv("COLUMNS", columns)
+    assert terminal_columns() == shutil.get_terminal_size().columns
+
+
+@pytest.mark.parametrize("columns", ["100", "60"])
+@pytest.mark.parametrize("argv", [[], ["evidence"], ["evidence", "verify"]])
+def test_help_is_formatted_as_argparse_formats_it(
+    argv: list[str], columns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_parser(argv or None)
+    for name in argv:
+        parser = next(
+            action.choices[name]
+            for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction)
+        )
+    ours = parser.format_help()
+    parser.formatter_class = argparse.HelpFormatter
+    assert ours == parser.format_help()
+
+
+def test_evidence_verify_loads_no_shutil() -> None:
+    loaded = _loaded_after("import contrast.cli.main as m\nm.main(['evidence', 'verify', 'x'])")
+    assert "shutil" not in loaded
