@@ -18,8 +18,8 @@ SNP = EXAMPLES / "snp-milan-oak"
 AT = "2025-02-01T00:00:00Z"
 # The logging module (evidence verify logs nothing: `Command.logs`), importlib.resources with
 # its tempfile and zipfile (AMD's roots are read from their folder), pkgutil, shutil (argparse's
-# formatter is told the terminal's width), the other platform's verifier, the emulated TEE and
-# the KDS client.
+# formatter is told the terminal's width), `Evidence` (only `tee` is needed), the other platform's
+# verifier, the emulated TEE and the KDS client.
 NEVER_ON_SNP = (
     "logging",
     "importlib.resources",
@@ -27,6 +27,7 @@ NEVER_ON_SNP = (
     "zipfile",
     "pkgutil",
     "shutil",
+    "contrast.attestation.evidence",
     "contrast.attestation.tdx",
     "contrast.attestation.emulated",
     "contrast.attestation.snp.kds",

@@ -1,19 +1,16 @@
-"""Attestation evidence as it travels between components, and telling SNP from TDX by its bytes."""
+"""Attestation evidence as it travels between components.
+
+Which TEE made it, and telling SNP from TDX by the bytes, is `tee`'s; `Platform` is imported
+from here too.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
-from contrast.attestation.errors import MalformedEvidence, Reason
+from contrast.attestation.tee import Platform
 
-SNP_REPORT_SIZE = 0x4A0
-TDX_TEE_TYPE = 0x81
-
-
-class Platform(StrEnum):
-    SNP = "snp"
-    TDX = "tdx"
+__all__ = ["Evidence", "Platform"]
 
 
 @dataclass(frozen=True)
@@ -25,18 +22,3 @@ class Evidence:
     report: bytes
     # SNP: VCEK or VLEK (DER or PEM), optionally ASK/ARK and an AMD CRL. TDX: none needed.
     endorsements: tuple[bytes, ...] = ()
-
-
-def detect_platform(data: bytes) -> Platform:
-    """Tell an SNP report from a TDX quote by their fixed headers."""
-    is_quote_version = len(data) >= 8 and int.from_bytes(data[0:2], "little") in (4, 5)
-    if is_quote_version and int.from_bytes(data[4:8], "little") == TDX_TEE_TYPE:
-        return Platform.TDX
-    if len(data) == SNP_REPORT_SIZE and int.from_bytes(data[0:4], "little") in range(2, 6):
-        return Platform.SNP
-    raise MalformedEvidence(
-        Reason.MALFORMED_REPORT,
-        f"cannot tell what kind of evidence this is ({len(data)} bytes):"
-        " neither a 1184-byte SEV-SNP report nor a TDX quote v4/v5",
-        hint="pass --format snp or --format tdx",
-    )

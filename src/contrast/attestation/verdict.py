@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from contrast.attestation import certificates
 from contrast.attestation.errors import AttestationError, Reason
-from contrast.attestation.evidence import Platform
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore
+from contrast.attestation.tee import Platform
 from contrast.errors import ContrastError
 
 if TYPE_CHECKING:

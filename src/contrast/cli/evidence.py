@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from contrast.attestation import evidence
+from contrast.attestation import tee
 from contrast.attestation import verdict as verdicts
 from contrast.attestation.certificates import parse_time
 from contrast.errors import ContrastError
@@ -31,7 +31,7 @@ def register(commands: Any) -> None:
     verify.add_argument("file", type=Path, help="the report (1184 bytes) or quote")
     verify.add_argument(
         "--format",
-        choices=[platform.value for platform in evidence.Platform],
+        choices=[platform.value for platform in tee.Platform],
         help="kind of evidence (default: detected from the bytes)",
     )
     verify.add_argument(
@@ -74,11 +74,9 @@ def register(commands: Any) -> None:
 def run_verify(arguments: argparse.Namespace) -> int:
     data = _read(arguments.file, "evidence")
     now: datetime = arguments.at or datetime.now(UTC)
-    platform = (
-        evidence.Platform(arguments.format) if arguments.format else evidence.detect_platform(data)
-    )
+    platform = tee.Platform(arguments.format) if arguments.format else tee.detect_platform(data)
     state: Path | None = arguments.emulated_roots
-    if platform is evidence.Platform.SNP:
+    if platform is tee.Platform.SNP:
         verdict = verdicts.verify_snp(
             data,
             endorsements=[_read(path, "certificate") for path in arguments.cert],

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contrast.attestation.errors import EvidenceUnavailable, Reason
-from contrast.attestation.evidence import Platform
 from contrast.attestation.guest.reportdata import require_report_data
+from contrast.attestation.tee import Platform
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.serialization import Encoding
 
 from contrast.attestation.errors import EvidenceUnavailable, MalformedEvidence, Reason
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence
 from contrast.attestation.guest import configfs, sevguest, tdxguest
 from contrast.attestation.guest.ioctl import Ioctl, system_ioctl
 from contrast.attestation.guest.reportdata import require_report_data
@@ -31,6 +31,7 @@ from contrast.attestation.snp.certtable import (
 )
 from contrast.attestation.snp.kds import KdsClient
 from contrast.attestation.snp.report import Report, SigningKey
+from contrast.attestation.tee import Platform
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,34 @@
+"""Which TEE produced a piece of evidence: SNP or TDX, told apart by the evidence's bytes.
+
+Apart from `evidence` (evidence as it travels between components) so that `contrast evidence
+verify`, which needs only this, does not also make the `Evidence` dataclass at every start.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from contrast.attestation.errors import MalformedEvidence, Reason
+
+SNP_REPORT_SIZE = 0x4A0
+TDX_TEE_TYPE = 0x81
+
+
+class Platform(StrEnum):
+    SNP = "snp"
+    TDX = "tdx"
+
+
+def detect_platform(data: bytes) -> Platform:
+    """Tell an SNP report from a TDX quote by their fixed headers."""
+    is_quote_version = len(data) >= 8 and int.from_bytes(data[0:2], "little") in (4, 5)
+    if is_quote_version and int.from_bytes(data[4:8], "little") == TDX_TEE_TYPE:
+        return Platform.TDX
+    if len(data) == SNP_REPORT_SIZE and int.from_bytes(data[0:4], "little") in range(2, 6):
+        return Platform.SNP
+    raise MalformedEvidence(
+        Reason.MALFORMED_REPORT,
+        f"cannot tell what kind of evidence this is ({len(data)} bytes):"
+        " neither a 1184-byte SEV-SNP report nor a TDX quote v4/v5",
+        hint="pass --format snp or --format tdx",
+    )
