@@ -6,6 +6,7 @@ import io
 import json
 import re
 import stat
+import subprocess
 import sys
 
 import pytest
@@ -390,6 +391,37 @@ def test_a_manifest_of_the_wrong_shape_is_refused_and_kept(
     # Refused before anything was written: no rules, settings or keys appeared.
     assert _top_level_files(workspace) == {"manifest.json"}
     assert not (workspace.root / "emulated-tee").exists()
+
+
+def test_a_manifest_that_passed_is_checked_again_only_when_a_byte_changes(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The manifest check is remembered (schema-cache.json): a re-run does not import pydantic."""
+    prepared(workspace)
+    assert workspace.generate(*EMULATED, str(workspace.resources)) == 0
+    arguments = [
+        "generate",
+        "--workspace-dir",
+        str(workspace.root),
+        "--oci-layout",
+        str(workspace.layout),
+        "--reference-values-file",
+        str(workspace.reference_values),
+        *EMULATED,
+        str(workspace.resources),
+    ]
+    code = (
+        "import sys; from contrast.cli.main import main;"
+        f" code = main({arguments!r}); print(code, 'pydantic' in sys.modules)"
+    )
+    rerun = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True
+    )
+    assert rerun.stdout.split()[-2:] == ["0", "False"], rerun.stderr
+    manifest = workspace.manifest()
+    manifest["Policy"] = manifest.pop("Policies")  # a typo: not a manifest any more
+    (workspace.root / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    _assert_refused_and_unchanged(workspace, capsys, "Policy: not a field of the manifest")
 
 
 def test_a_manifest_with_only_reference_values_is_a_starting_point(

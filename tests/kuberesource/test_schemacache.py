@@ -1,4 +1,4 @@
-"""The schema cache: a changed byte of the resource or the schemas misses it, failures never hit.
+"""The schema cache: a changed byte of the input or of the check misses it, failures never hit.
 
 The cache (contrast.kuberesource.schemacache) lets an unchanged `generate` re-run skip the
 jsonschema check of resources that passed last time. Each byte of a resource's plain JSON is
@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
+import contrast
 from contrast.kuberesource import schema, schemacache
 from contrast.kuberesource.schemacache import FILE, SchemaCache
 
@@ -165,3 +166,57 @@ def test_a_damaged_file_is_ignored(tmp_path: Path, text: str) -> None:
     _checked(cache, POD)
     cache.save()
     assert _cache(tmp_path).passed(cache.key(POD))
+
+
+MANIFEST = b'{\n  "ReferenceValues": {"snp": [{"Platform": "Milan"}]}\n}\n'
+
+
+def test_a_changed_byte_of_the_manifest_misses(tmp_path: Path) -> None:
+    cache = _cache(tmp_path)
+    key = cache.manifest_key(MANIFEST)
+    cache.record(key)
+    cache.save()
+    again = _cache(tmp_path)
+    assert again.passed(again.manifest_key(MANIFEST))
+    for position in range(len(MANIFEST)):
+        changed = bytearray(MANIFEST)
+        changed[position] ^= 0x01
+        assert not again.passed(again.manifest_key(bytes(changed)))
+    assert not again.passed(again.manifest_key(MANIFEST + b" "))
+
+
+def test_a_manifest_key_is_never_a_resource_key(tmp_path: Path) -> None:
+    """The tag keeps the two checks apart: a manifest's pass does not pass a resource, or back."""
+    cache = _cache(tmp_path, "a" * 64)
+    resource_text = json.dumps(["v1", "Pod", POD], separators=(",", ":")).encode()
+    assert cache.manifest_key(resource_text) != cache.key(POD)
+    assert _cache(tmp_path, "b" * 64).manifest_key(MANIFEST) == cache.manifest_key(MANIFEST)
+
+
+def test_other_manifest_code_or_libraries_miss(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = schemacache.manifest_digest()
+    assert SchemaCache(tmp_path / FILE, "a" * 64, before).manifest_key(MANIFEST) != SchemaCache(
+        tmp_path / FILE, "a" * 64, "c" * 64
+    ).manifest_key(MANIFEST)
+    real = schemacache.metadata.version
+    for library in schemacache.MANIFEST_LIBRARIES:
+        monkeypatch.setattr(
+            schemacache.metadata,
+            "version",
+            lambda name, library=library: "0.0.0" if name == library else real(name),
+        )
+        assert schemacache.manifest_digest() != before, library
+    monkeypatch.undo()
+    package = tmp_path / "package"
+    for name in schemacache.MANIFEST_CODE:
+        (package / name).parent.mkdir(parents=True, exist_ok=True)
+        (package / name).write_bytes((Path(contrast.__file__).parent / name).read_bytes())
+    monkeypatch.setattr(contrast, "__file__", str(package / "__init__.py"))
+    assert schemacache.manifest_digest() == before  # the same bytes elsewhere: the same key
+    for name in schemacache.MANIFEST_CODE:
+        original = (package / name).read_bytes()
+        (package / name).write_bytes(original + b"\n")
+        assert schemacache.manifest_digest() != before, name
+        (package / name).write_bytes(original)

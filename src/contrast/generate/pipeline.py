@@ -36,7 +36,7 @@ from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.manifest.errors import ManifestError
-from contrast.manifest.model import MANIFEST_LIMITS, ManifestDraft
+from contrast.manifest.limits import MANIFEST_LIMITS
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
 from contrast.policy.cache import PolicyCache
@@ -133,28 +133,62 @@ def _settings(path: Path) -> tuple[_WorkspaceText | None, Settings]:
     return default, Settings.from_text(default.text, str(path))
 
 
-def _previous_manifest(path: Path) -> dict[str, Any] | None:
+def _previous_manifest(path: Path, cache: SchemaCache | None) -> dict[str, Any] | None:
     """The manifest to start from, refused unless it has a manifest's fields and shapes.
 
     Generate replaces the file, keeping only its reference values; a file that is not a
-    manifest (another tool's JSON, a typo in a field name) must not be replaced by one.
+    manifest (another tool's JSON, a typo in a field name) must not be replaced by one. A file
+    that passed this check before, byte for byte, is not checked again (`cache`).
     """
     if not path.exists():
         return None
     problem = "fix or remove it; generate keeps its reference values"
     try:
-        document = load(path.read_bytes(), MANIFEST_LIMITS, what=f"the existing manifest {path}")
+        data = path.read_bytes()
+        document = load(data, MANIFEST_LIMITS, what=f"the existing manifest {path}")
     except OSError as error:
         raise GenerateError(f"cannot read the existing manifest {path}: {error}") from None
     except JsonInputError as error:
         raise GenerateError(error.message, hint=problem) from None
     if not isinstance(document, dict):
         raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
-    try:
-        ManifestDraft.from_document(document)
-    except ManifestError as error:
-        raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
+    key = None if cache is None else cache.manifest_key(data)
+    if cache is None or not cache.passed(key):
+        try:
+            _check_manifest(document)
+        except ManifestError as error:
+            raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
+    if cache is not None:
+        cache.record(key)
     return document
+
+
+def _check_manifest(document: dict[str, Any]) -> None:
+    """Raise ManifestError unless `document` has a manifest's fields and shapes (a draft's)."""
+    # Imported here: the model is pydantic, which a run whose manifest passed before never needs.
+    from contrast.manifest.model import ManifestDraft  # noqa: PLC0415
+
+    ManifestDraft.from_document(document)
+
+
+def _record_manifest(data: bytes, cache: SchemaCache | None) -> None:
+    """Check the manifest generate writes, only to record that it passes: the next run reads it.
+
+    Like `_record_schemas`: a manifest that does not pass is not recorded (the next run, which
+    checks it as its input, reports it); this run is not refused for it.
+    """
+    if cache is None:
+        return
+    key = cache.manifest_key(data)
+    if cache.passed(key):
+        cache.record(key)  # kept when the file is written again: the next run reads it
+        return
+    try:
+        document = load(data, MANIFEST_LIMITS, what="the manifest")
+        _check_manifest(document)
+    except (JsonInputError, ManifestError):
+        return
+    cache.record(key)
 
 
 def _kind(document: Mapping[str, Any]) -> str:
@@ -422,7 +456,8 @@ def generate(
     # Everything is read and checked first, and written last: a failure changes no file.
     rules = _rules(options.rules)
     new_settings, settings = _settings(options.settings)
-    previous = _previous_manifest(options.manifest)
+    schema_cache = None if options.schema_cache is None else SchemaCache(options.schema_cache)
+    previous = _previous_manifest(options.manifest, schema_cache)
     generator = PolicyGenerator(rules.text, settings)
 
     files = yamlio.load_paths(options.paths, plain=True)
@@ -433,7 +468,6 @@ def generate(
         for document in file.documents
         if isinstance(document, Mapping) and _kind(document) in CONFIG_KINDS
     ]
-    schema_cache = None if options.schema_cache is None else SchemaCache(options.schema_cache)
     _check_schemas(
         [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents,
         schema_cache,
@@ -520,11 +554,16 @@ def generate(
     else:
         for file, wrote in zip(files, _write_files(files), strict=True):
             (result.written if wrote else result.unchanged).append(file.path)
+    manifest_bytes = manifest_document.to_bytes(document)
+    manifest_unchanged = (
+        options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes
+    )
+    if not manifest_unchanged:
+        _record_manifest(manifest_bytes, schema_cache)
     for memo in (cache, schema_cache):
         if memo is not None:
             memo.save()
-    manifest_bytes = manifest_document.to_bytes(document)
-    if options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes:
+    if manifest_unchanged:
         result.unchanged.append(options.manifest)
     else:
         write_atomically(options.manifest, manifest_bytes)

@@ -1,4 +1,4 @@
-"""Resources that passed the schema check in the previous `generate` run, known by a digest.
+"""What passed `generate`'s shape checks in the previous run, known by a digest.
 
 The check (`schema.py`) runs jsonschema, pure Python, over every resource: with loading the
 definitions and starting worker processes it was a third of an unchanged re-run. Its verdict
@@ -20,6 +20,14 @@ lookup. Only passes are recorded, so an error is found and reported again on eve
 `generate` records each resource as it read it and, checked for this purpose, as it wrote it: the
 next run reads that. The file holds the resources of the last run that added one (two entries
 each at most); one that cannot be read or has another shape is ignored, never an error.
+
+The same file remembers the other shape check of an input: the previous `manifest.json` against
+the manifest's model (`ManifestDraft`, pydantic), which generate runs so that it never replaces a
+file that is not a manifest. Importing pydantic and the model was the largest part of an
+unchanged re-run's start. Its key covers the manifest's bytes, the code the check runs (the model
+and the modules it calls: bounded JSON reading, the seed share key check) and the versions of the
+libraries it calls (pydantic, pydantic-core, cryptography, shamir-mnemonic), with the same
+format, tool and Python versions as above; a tag keeps the two kinds of key apart.
 """
 
 from __future__ import annotations
@@ -42,14 +50,25 @@ FORMAT = 1
 FILE = "schema-cache.json"
 # The distributions whose code or data decide the verdict (see the module's docstring).
 LIBRARIES = ("jsonschema", "referencing", "jsonschema-specifications", "kubernetes-validate")
+# The same for the manifest check: the modules (below `contrast`) and distributions it runs.
+MANIFEST_CODE = (
+    "manifest/model.py",
+    "manifest/limits.py",
+    "manifest/errors.py",
+    "seed/shares.py",
+    "seed/threshold.py",
+    "boundedjson.py",
+    "errors.py",
+)
+MANIFEST_LIBRARIES = ("pydantic", "pydantic-core", "cryptography", "shamir-mnemonic")
 # 65 bytes a resource: a file of this size lists about 300 000 of them.
 LIMITS = JsonLimits(max_bytes=20 * 1024 * 1024, max_depth=2)
 _HEX = frozenset("0123456789abcdef")
 
 
-def _versions() -> list[str | None]:
+def _versions(names: tuple[str, ...]) -> list[str | None]:
     versions: list[str | None] = []
-    for name in LIBRARIES:
+    for name in names:
         try:
             versions.append(metadata.version(name))
         except metadata.PackageNotFoundError:
@@ -57,19 +76,35 @@ def _versions() -> list[str | None]:
     return versions
 
 
+def _digest(code: list[Path], libraries: tuple[str, ...]) -> str:
+    files = [hashlib.sha256(path.read_bytes()).hexdigest() for path in code]
+    context = [FORMAT, contrast.__version__, sys.version, *files, *_versions(libraries)]
+    return hashlib.sha256(json.dumps(context).encode()).hexdigest()
+
+
 def schema_digest() -> str:
     """sha256 of what the verdict depends on besides the resource (see the module docstring)."""
-    code = Path(schema_module.__file__).read_bytes()
-    context = [FORMAT, contrast.__version__, sys.version, hashlib.sha256(code).hexdigest()]
-    return hashlib.sha256(json.dumps([*context, *_versions()]).encode()).hexdigest()
+    return _digest([Path(schema_module.__file__)], LIBRARIES)
+
+
+def manifest_digest() -> str:
+    """sha256 of what the manifest check depends on besides the manifest (module docstring).
+
+    Found by path, not imported: not importing the model is the point.
+    """
+    package = Path(contrast.__file__).parent
+    return _digest([package / name for name in MANIFEST_CODE], MANIFEST_LIBRARIES)
 
 
 class SchemaCache:
     """The digests read from `path` and those of this run's resources; `save()` keeps the latter."""
 
-    def __init__(self, path: Path, digest: str | None = None) -> None:
+    def __init__(
+        self, path: Path, digest: str | None = None, manifest_check: str | None = None
+    ) -> None:
         self.path = path
         self._schemas = (digest or schema_digest()).encode()
+        self._manifest_check = manifest_check
         self._read = self._load(path)
         self._passed: set[str] = set()
 
@@ -98,12 +133,19 @@ class SchemaCache:
         ).encode("utf-8", "surrogatepass")
         return hashlib.sha256(self._schemas + b"\0" + text).hexdigest()
 
+    def manifest_key(self, data: bytes) -> str:
+        """The digest of a manifest file's bytes as the manifest check reads them."""
+        if self._manifest_check is None:
+            self._manifest_check = manifest_digest()
+        context = f"manifest\0{self._manifest_check}\0".encode()
+        return hashlib.sha256(context + data).hexdigest()
+
     def passed(self, key: str | None) -> bool:
-        """Whether the resource of `key` passed the check in the previous run (or this one)."""
+        """Whether the input of `key` passed its check in the previous run (or this one)."""
         return key is not None and (key in self._read or key in self._passed)
 
     def record(self, key: str | None) -> None:
-        """Note that the resource of `key` passed the check in this run."""
+        """Note that the input of `key` passed its check in this run."""
         if key is not None:
             self._passed.add(key)
 

@@ -16,17 +16,13 @@ from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from contrast.boundedjson import JsonInputError, JsonLimits, load
+from contrast.boundedjson import JsonInputError, load
 from contrast.manifest.errors import ManifestError
+from contrast.manifest.limits import MANIFEST_LIMITS
 from contrast.seed.shares import SeedShareError, load_public_key_hex
 from contrast.seed.threshold import MAX_OWNERS
 
 HASH_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-# A manifest is checked for size and depth before it is parsed (it reaches SetManifest from
-# anyone before the first manifest is set). 4 MiB is gRPC's default message limit, which caps
-# SetManifest anyway (tens of thousands of policies); a manifest nests 5 levels deep.
-MANIFEST_LIMITS = JsonLimits(max_bytes=4 << 20, max_depth=32)
 
 
 class Role(StrEnum):
