@@ -416,12 +416,13 @@ def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None)
     """
     if cache is None:
         return
-    keys = [cache.key(workload.resource) for workload in confidential]
-    unknown = [
-        (workload.resource, key)
-        for workload, key in zip(confidential, keys, strict=True)
-        if key is not None and not cache.passed(key)
-    ]
+    unknown = []
+    for workload in confidential:
+        key = cache.key(workload.resource)
+        if cache.passed(key):
+            cache.record(key)  # kept when the file is written again: the next run reads it
+        elif key is not None:
+            unknown.append((workload.resource, key))
     if not unknown:
         return
     schema.prepare(resource for resource, _ in unknown)
