@@ -3,7 +3,8 @@
 `generate` reads resources with `yamlfast` and parses a document with ruamel only when it
 changes it (issue 14); before, ruamel read everything. Both ways run here on the seeds' examples
 in twin workspaces (same keys, same emulated TEE), a first run and a re-run, and every file must
-be byte for byte the same.
+be byte for byte the same. The re-run takes the documents it wrote from the YAML memo
+(`yaml-cache.json`), so this also shows that what the memo says is what ruamel reads.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from contrast.kuberesource import yamlfast, yamlio
+from contrast.kuberesource.yamlmemo import FILE
 from tests.generate.conftest import GenerateWorkspace
 
 EXAMPLES = {
@@ -25,10 +27,11 @@ EXAMPLES = {
 
 
 def _files(root: Path) -> dict[str, bytes]:
+    """Every file but the YAML memo, which holds what each reader read (the twin's none)."""
     return {
         str(path.relative_to(root)): path.read_bytes()
         for path in sorted(root.rglob("*"))
-        if path.is_file()
+        if path.is_file() and path.name != FILE
     }
 
 
@@ -54,6 +57,7 @@ def test_generate_writes_what_ruamel_alone_wrote(
         target.add_example(example)
         target.add_coordinator(platform)
         (target.root / "manifest.json").unlink()
+    (twin.root / FILE).unlink()  # what the fast reader read: the twin must parse with ruamel
 
     reads: list[bool] = []
     original = yamlio.load_text
@@ -65,8 +69,20 @@ def test_generate_writes_what_ruamel_alone_wrote(
 
     monkeypatch.setattr(yamlio, "load_text", recording)
     twin_arguments = ("--reference-values", platform, str(twin.resources))
-    for _ in range(2):  # the first run changes every confidential document; the re-run none
-        assert workspace.generate(*arguments) == 0
+    parsed: list[str] = []
+    fast = yamlfast.load_all
+
+    def parsing(text: str) -> object:
+        parsed.append(text)
+        return fast(text)
+
+    for run in range(2):  # the first run changes every confidential document; the re-run none
+        parsed.clear()
+        with monkeypatch.context() as counted:
+            counted.setattr(yamlfast, "load_all", parsing)
+            assert workspace.generate(*arguments) == 0
+        if run == 1:
+            assert parsed == [], "the re-run parsed files the first run wrote"
         with monkeypatch.context() as ruamel_only:
             ruamel_only.setattr(yamlfast, "load_all", lambda text: None)
             assert twin.generate(*twin_arguments) == 0

@@ -338,6 +338,7 @@ WORKSPACE_FILES = {
     "seedshare-owner.pem",
     "settings.json",
     "workload-owner.pem",
+    "yaml-cache.json",
 }
 
 

@@ -18,6 +18,7 @@ SETTINGS = "settings.json"
 LAYERS_CACHE = "layers-cache.json"
 POLICY_CACHE = "policy-cache.json"  # policies of the last run (contrast.policy.cache)
 SCHEMA_CACHE = "schema-cache.json"  # resources that passed (contrast.kuberesource.schemacache)
+YAML_CACHE = "yaml-cache.json"  # the documents of files read or written (kuberesource.yamlmemo)
 EMULATED_TEE = "emulated-tee"
 REFERENCE_VALUES = "reference-values.json"  # written by `contrast runtime build`
 STDIN = Path("-")
@@ -154,6 +155,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         layers_cache=arguments.layers_cache or workspace / LAYERS_CACHE,
         policy_cache=workspace / POLICY_CACHE,
         schema_cache=workspace / SCHEMA_CACHE,
+        yaml_cache=workspace / YAML_CACHE,
         manifest=arguments.manifest or workspace / MANIFEST,
         workload_owner_keys=tuple(owners),
         seedshare_owner_keys=tuple(seedshares),

@@ -35,6 +35,7 @@ from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
 from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
+from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.limits import MANIFEST_LIMITS
 from contrast.platforms import Platform
@@ -80,6 +81,8 @@ class Options:
     # Resources that passed the schema check in the previous run (kuberesource/schemacache.py);
     # None checks every resource.
     schema_cache: Path | None = None
+    # The documents of the files read and written, by their text (kuberesource/yamlmemo.py).
+    yaml_cache: Path | None = None
 
 
 @dataclass
@@ -461,7 +464,8 @@ def generate(
     previous = _previous_manifest(options.manifest, schema_cache)
     generator = PolicyGenerator(rules.text, settings)
 
-    files = yamlio.load_paths(options.paths, plain=True)
+    memo = None if options.yaml_cache is None else YamlMemo(options.yaml_cache)
+    files = yamlio.load_paths(options.paths, plain=True, memo=memo)
     result.warnings.extend(_not_objects(files))
     config_documents = [
         (document, file.name)
@@ -555,15 +559,17 @@ def generate(
     else:
         for file, wrote in zip(files, _write_files(files), strict=True):
             (result.written if wrote else result.unchanged).append(file.path)
+            if wrote and memo is not None:
+                file.remember_written(memo)
     manifest_bytes = manifest_document.to_bytes(document)
     manifest_unchanged = (
         options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes
     )
     if not manifest_unchanged:
         _record_manifest(manifest_bytes, schema_cache)
-    for memo in (cache, schema_cache):
-        if memo is not None:
-            memo.save()
+    for remembered in (cache, schema_cache, memo):
+        if remembered is not None:
+            remembered.save()
     if manifest_unchanged:
         result.unchanged.append(options.manifest)
     else:

@@ -40,6 +40,7 @@ from ruamel.yaml.scalarstring import (
 from contrast.files import write_atomically
 from contrast.kuberesource import yamlblob, yamlbounds, yamlfast, yamlrtdump, yamlrtload
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
+from contrast.kuberesource.yamlmemo import YamlMemo
 
 STDIO = "-"
 SUFFIXES = (".yml", ".yaml")
@@ -47,6 +48,7 @@ SUFFIXES = (".yml", ".yaml")
 LINE_WIDTH = 1 << 20
 _DOCUMENT_START = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
 _DOCUMENT_END = re.compile(r"^\.\.\.(?:[ \t]|$)", re.MULTILINE)
+_NOT_PLAIN_ASCII = re.compile(r"[^\x20-\x7e\n]")
 
 
 class YamlError(ResourceError):
@@ -215,6 +217,17 @@ class ResourceFile:
             return False
         _write_file(self.path, text)
         return True
+
+    def remember_written(self, memo: YamlMemo) -> None:
+        """Tell `memo` the documents of the text `write()` writes (`yamlmemo`: why they are).
+
+        Only for a file read plain (one that only ruamel could read is read by it again), and
+        only for text of printable ASCII lines: ruamel writes some other characters so that they
+        read back as something else (a NEL in a quoted string folds into a space).
+        """
+        content, text = self.dumped()
+        if content and self.plain and not _NOT_PLAIN_ASCII.search(text):
+            memo.remember(text, self._fingerprints())
 
 
 def _carry_over(target: Any, source: Any) -> Any:
@@ -479,15 +492,22 @@ def _document_texts(text: str, name: str) -> list[str]:
     return [text[start:end] for start, end in itertools.pairwise(boundaries)]
 
 
-def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> ResourceFile:
+def load_text(
+    text: str, path: str | Path = STDIO, *, plain: bool = False, memo: YamlMemo | None = None
+) -> ResourceFile:
     """Parse a YAML stream; `path` names it in messages and tells `write()` where it goes.
 
-    `plain`: read with `yamlfast` where it can (see `ResourceFile.round_trip`).
+    `plain`: read with `yamlfast` where it can (see `ResourceFile.round_trip`), or take the
+    documents `memo` remembers for this text (`yamlmemo`), and remember what was read.
     """
     name = "<stdin>" if str(path) == STDIO else str(path)
-    documents = yamlfast.load_all(text) if plain else None
+    found = None if memo is None or not plain else memo.lookup(text)
+    remembered, documents = (None, None) if found is None else found
+    if documents is None:
+        documents = yamlfast.load_all(text) if plain else None
     texts = None if documents is None else _split_at_markers(text, len(documents))
     if texts is None:
+        remembered = None
         documents = None  # a stream whose documents only ruamel's parser tells apart
     read_plain = documents is not None
     if documents is None:
@@ -511,8 +531,9 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
         texts = _document_texts(text, name)
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
         raise YamlError(f"{name}: cannot tell its documents apart")
+    fingerprints = remembered or [_fingerprint(document) for document in documents]
     sources = []
-    for document, document_text in zip(documents, texts, strict=True):
+    for fingerprint, document_text in zip(fingerprints, texts, strict=True):
         sources.append(
             _Source(
                 text=document_text,
@@ -520,9 +541,11 @@ def load_text(text: str, path: str | Path = STDIO, *, plain: bool = False) -> Re
                 explicit_end=_begins_a_line(document_text, "...")
                 and bool(_DOCUMENT_END.search(document_text)),
                 indentation=guess_indentation(document_text),
-                fingerprint=_fingerprint(document),
+                fingerprint=fingerprint,
             )
         )
+    if memo is not None and read_plain and remembered is None:
+        memo.remember(text, fingerprints)
     return ResourceFile(Path(path), documents, text, tuple(sources), plain=read_plain)
 
 
@@ -601,8 +624,14 @@ def _starts_explicitly(document_text: str) -> bool:
     return False
 
 
-def load(path: str | Path, stdin: TextIO | None = None, *, plain: bool = False) -> ResourceFile:
-    """Read one file, or stdin for `-`."""
+def load(
+    path: str | Path,
+    stdin: TextIO | None = None,
+    *,
+    plain: bool = False,
+    memo: YamlMemo | None = None,
+) -> ResourceFile:
+    """Read one file, or stdin for `-` (`memo`: see `load_text`; files only)."""
     name = str(path)
     if name == STDIO:
         return load_text((stdin or sys.stdin).read(), STDIO, plain=plain)
@@ -616,7 +645,7 @@ def load(path: str | Path, stdin: TextIO | None = None, *, plain: bool = False) 
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise YamlError(f"{name} is not UTF-8 text (byte {error.start})") from error
-    return load_text(text, name, plain=plain)
+    return load_text(text, name, plain=plain, memo=memo)
 
 
 def yaml_files(directory: Path) -> list[Path]:
@@ -632,7 +661,11 @@ def yaml_files(directory: Path) -> list[Path]:
 
 
 def load_paths(
-    paths: Iterable[str | Path], stdin: TextIO | None = None, *, plain: bool = False
+    paths: Iterable[str | Path],
+    stdin: TextIO | None = None,
+    *,
+    plain: bool = False,
+    memo: YamlMemo | None = None,
 ) -> list[ResourceFile]:
     """Files as given, directories walked for YAML files, `-` for stdin; in the given order."""
     files = []
@@ -640,9 +673,9 @@ def load_paths(
         if str(path) == STDIO:
             files.append(load(STDIO, stdin, plain=plain))
         elif Path(path).is_dir():
-            files.extend(load(found, plain=plain) for found in yaml_files(Path(path)))
+            files.extend(load(found, plain=plain, memo=memo) for found in yaml_files(Path(path)))
         else:
-            files.append(load(path, plain=plain))
+            files.append(load(path, plain=plain, memo=memo))
     return files
 
 
