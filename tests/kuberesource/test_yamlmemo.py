@@ -9,6 +9,7 @@ through the same path generate takes (a plain file changed, written, remembered)
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ def _memo(tmp_path: Path, digest: str = "a" * 64) -> YamlMemo:
 def _reading(text: str) -> list[str]:
     """The fingerprints of `text` as generate reads it without the memo."""
     read = yamlio.load_text(text, "x.yml", plain=True)
-    return [yamlio._fingerprint(document) for document in read.documents]
+    return [yamlio.fingerprint(document) for document in read.documents]
 
 
 def test_a_file_read_is_found_by_the_next_run_with_the_same_documents(tmp_path: Path) -> None:
@@ -128,7 +129,7 @@ def test_an_entry_that_is_not_json_is_parsed_instead(tmp_path: Path) -> None:
     memo.remember(TWO, ["{not json", "{}"])
     assert memo.lookup(TWO) is None
     read = yamlio.load_text(TWO, "x.yml", plain=True, memo=memo)
-    assert [yamlio._fingerprint(document) for document in read.documents] == _reading(TWO)
+    assert [yamlio.fingerprint(document) for document in read.documents] == _reading(TWO)
 
 
 def test_a_run_that_adds_nothing_does_not_write(tmp_path: Path) -> None:
@@ -147,12 +148,15 @@ def test_a_run_that_adds_nothing_does_not_write(tmp_path: Path) -> None:
 def _written_and_remembered(base: str, content: Any) -> tuple[str, list[str] | None]:
     """A plain file of `base` whose document generate changed to `content`, written."""
     memo = YamlMemo(Path("/nonexistent") / FILE, "a" * 64)
-    file = yamlio.load_text(base, "x.yml", plain=True)
-    document = file.documents[0]
-    document.clear()
-    document.update(content)
-    file.remember_written(memo)
-    text = file.dump()
+    with tempfile.TemporaryDirectory() as directory:
+        path = Path(directory) / "x.yml"
+        path.write_text(base)
+        file = yamlio.load(path, plain=True)
+        document = file.documents[0]
+        document.clear()
+        document.update(content)
+        assert file.write(memo=memo)
+        text = path.read_bytes().decode("utf-8")
     found = memo.lookup(text)
     return text, None if found is None else found[0]
 
@@ -162,7 +166,7 @@ def _read_by_generate(text: str) -> list[str]:
     documents = yamlfast.load_all(text)
     if documents is None:
         documents = tuple(YAML(typ="rt").load_all(text))
-    return [yamlio._fingerprint(document) for document in documents]
+    return [yamlio.fingerprint(document) for document in documents]
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

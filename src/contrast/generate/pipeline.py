@@ -330,8 +330,11 @@ def _repeat_on_round_trips(file: yamlio.ResourceFile, edits: Mapping[int, _Edit]
                 edit.repeat(twin)
 
 
-def _texts_to_write(files: Sequence[yamlio.ResourceFile], edits: Mapping[int, _Edit]) -> None:
-    """Serialise every changed file now, on all cores (ruamel's round trip is most of the time).
+def _texts_to_write(
+    files: Sequence[yamlio.ResourceFile], edits: Mapping[int, _Edit]
+) -> list[yamlio.ResourceFile]:
+    """Serialise every changed file now, on all cores (ruamel's round trip is most of the time),
+    and return the changed files.
 
     Each worker parses its files' changed documents with ruamel, repeats the edits on them and
     writes the text, which the file here then adopts for `write()`.
@@ -346,6 +349,7 @@ def _texts_to_write(files: Sequence[yamlio.ResourceFile], edits: Mapping[int, _E
         changed, parallel.map_in_processes(text, changed), strict=True
     ):
         file.adopt(content, written)
+    return changed
 
 
 def _policies(
@@ -442,10 +446,12 @@ def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None)
             cache.record(key)
 
 
-def _write_files(files: Sequence[yamlio.ResourceFile]) -> list[bool]:
+def _write_files(files: Sequence[yamlio.ResourceFile], memo: YamlMemo | None) -> list[bool]:
     """`file.write()` for each file, several at once: each waits for its fsync (I/O, no GIL)."""
+    if not files:
+        return []
     with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        return list(pool.map(lambda file: file.write(), files))
+        return list(pool.map(lambda file: file.write(memo=memo), files))
 
 
 def generate(
@@ -547,7 +553,7 @@ def generate(
         identities, values, keys, seedshare_threshold=options.seedshare_threshold
     )
 
-    _texts_to_write(files, edits)
+    changed = {id(file) for file in _texts_to_write(files, edits)}
     for text in (rules, new_settings):
         if text is not None and text.new:
             write_atomically(text.path, text.text.encode())
@@ -557,10 +563,11 @@ def generate(
         if yamlio.write_combined(files, options.output):
             result.written.append(options.output)
     else:
-        for file, wrote in zip(files, _write_files(files), strict=True):
-            (result.written if wrote else result.unchanged).append(file.path)
-            if wrote and memo is not None:
-                file.remember_written(memo)
+        # A file that did not change is not written (stdin always goes to stdout, changed or not).
+        to_write = [file for file in files if id(file) in changed or file.is_stdio]
+        wrote = dict(zip(map(id, to_write), _write_files(to_write, memo), strict=True))
+        for file in files:
+            (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
     manifest_bytes = manifest_document.to_bytes(document)
     manifest_unchanged = (
         options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes

@@ -44,7 +44,7 @@ import contrast
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.files import write_atomically
 from contrast.kuberesource import schema as schema_module
-from contrast.kuberesource.yamlio import to_plain
+from contrast.kuberesource.yamlio import fingerprint
 
 FORMAT = 1
 FILE = "schema-cache.json"
@@ -126,11 +126,9 @@ class SchemaCache:
         api_version, kind = resource.get("apiVersion"), resource.get("kind")
         if not isinstance(api_version, str) or not isinstance(kind, str):
             return None
-        text = json.dumps(
-            [str(api_version), str(kind), to_plain(resource)],
-            separators=(",", ":"),
-            ensure_ascii=False,
-        ).encode("utf-8", "surrogatepass")
+        # `json.dumps([apiVersion, kind, to_plain(resource)])`, compact, without the copy.
+        head = json.dumps([str(api_version), str(kind)], separators=(",", ":"), ensure_ascii=False)
+        text = f"{head[:-1]},{fingerprint(resource)}]".encode("utf-8", "surrogatepass")
         return hashlib.sha256(self._schemas + b"\0" + text).hexdigest()
 
     def manifest_key(self, data: bytes) -> str:

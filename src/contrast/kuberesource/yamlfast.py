@@ -71,7 +71,7 @@ class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[mi
                 raise _Declined
             key = self.construct_object(key_node, deep=True)
             if type(key) is not str:
-                raise _Declined  # a plain document's keys are strings (yamlio._fingerprint)
+                raise _Declined  # a plain document's keys are strings (yamlio.fingerprint)
             try:
                 if key in keys:
                     raise _Declined  # ruamel refuses duplicate keys, naming their place

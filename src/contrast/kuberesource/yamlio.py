@@ -90,7 +90,7 @@ class ResourceFile:
     # Read by `yamlfast` (plain dicts): a document is parsed with ruamel only when it changes.
     plain: bool = False
     _round_trips: dict[int, Any] = field(default_factory=dict, repr=False, compare=False)
-    # Round trips built by `yamlrtload`: their fingerprint is their JSON (see `_fingerprint`).
+    # Round trips built by `yamlrtload`: their fingerprint is their JSON (see `fingerprint`).
     _native: set[int] = field(default_factory=set, repr=False, compare=False)
     # The text a worker process wrote for this file (`dumped()` there, `adopt()` here), keyed by
     # the content it was written for.
@@ -113,15 +113,15 @@ class ResourceFile:
         return self._changed(self._fingerprints())
 
     def _fingerprints(self) -> list[str]:
-        return [_fingerprint(document) for document in self.documents]
+        return [fingerprint(document) for document in self.documents]
 
     def _changed(self, fingerprints: Sequence[str]) -> list[int]:
         return [
             index
-            for index, (fingerprint, source) in enumerate(
+            for index, (content, source) in enumerate(
                 zip(fingerprints, self._sources, strict=True)
             )
-            if fingerprint != source.fingerprint
+            if content != source.fingerprint
         ]
 
     @property
@@ -159,11 +159,11 @@ class ResourceFile:
         if round_trip is None:
             round_trip = self.round_trip(index)
         native = index in self._native
-        if _fingerprint(round_trip, native=native) != wanted:
+        if fingerprint(round_trip, native=native) != wanted:
             # A change the caller did not repeat (a reader that filled in a missing mapping):
             # carried over here, keeping every node whose content it does not touch.
             round_trip = self._round_trips[index] = _carry_over(round_trip, document)
-            if _fingerprint(round_trip) != wanted:  # pragma: no cover - a bug
+            if fingerprint(round_trip) != wanted:  # pragma: no cover - a bug
                 raise RuntimeError(f"{self.name}: document {index} cannot be written as changed")
         return round_trip
 
@@ -173,16 +173,21 @@ class ResourceFile:
 
     def dumped(self) -> tuple[str, str]:
         """`dump()`, and a digest of the content it is the text of (for `adopt`)."""
+        content, text, _ = self._dumped()
+        return content, text
+
+    def _dumped(self) -> tuple[str, str, list[str]]:
+        """`dumped()` and the fingerprints of the documents written."""
         fingerprints = self._fingerprints()
         changed = set(self._changed(fingerprints))
         if not changed:
-            return "", self.text
+            return "", self.text, fingerprints
         joined = "\0".join(fingerprints).encode("utf-8", "surrogatepass")
         content = hashlib.sha256(joined).hexdigest()
         adopted = self._adopted.get(content)
         if adopted is None:
             adopted = self._serialise(changed, fingerprints)
-        return content, adopted
+        return content, adopted, fingerprints
 
     def adopt(self, content: str, text: str) -> None:
         """Take `text` as `dump()`'s, made by a worker process that had the same content.
@@ -203,31 +208,26 @@ class ResourceFile:
                 parts.append(source.text)
         return "".join(_join(parts))
 
-    def write(self, stdout: TextIO | None = None) -> bool:
+    def write(self, stdout: TextIO | None = None, memo: YamlMemo | None = None) -> bool:
         """Write back in place (atomically, keeping the file mode) if anything changed.
 
         For `-` the stream always goes to stdout, changed or not, as a filter would.
-        Returns whether anything was written to a file or differed.
+        Returns whether anything was written to a file or differed. A file written is
+        remembered in `memo` with its documents (`yamlmemo`: why they are its documents): only
+        one read plain (one that only ruamel could read is read by it again), and only text of
+        printable ASCII lines (ruamel writes some other characters so that they read back as
+        something else: a NEL in a quoted string folds into a space).
         """
-        content, text = self.dumped()  # no content digest: nothing changed
+        content, text, fingerprints = self._dumped()  # no content digest: nothing changed
         if self.is_stdio:
             (stdout or sys.stdout).write(text)
             return bool(content)
         if not content:
             return False
         _write_file(self.path, text)
+        if memo is not None and self.plain and not _NOT_PLAIN_ASCII.search(text):
+            memo.remember(text, fingerprints)
         return True
-
-    def remember_written(self, memo: YamlMemo) -> None:
-        """Tell `memo` the documents of the text `write()` writes (`yamlmemo`: why they are).
-
-        Only for a file read plain (one that only ruamel could read is read by it again), and
-        only for text of printable ASCII lines: ruamel writes some other characters so that they
-        read back as something else (a NEL in a quoted string folds into a space).
-        """
-        content, text = self.dumped()
-        if content and self.plain and not _NOT_PLAIN_ASCII.search(text):
-            memo.remember(text, self._fingerprints())
 
 
 def _carry_over(target: Any, source: Any) -> Any:
@@ -255,7 +255,7 @@ def _carry_over(target: Any, source: Any) -> Any:
         for position, value in enumerate(source):
             target[position] = _carry_over(target[position], value)
         return target
-    return target if _fingerprint(target) == _fingerprint(source) else source
+    return target if fingerprint(target) == fingerprint(source) else source
 
 
 def _write_file(path: Path, text: str) -> None:
@@ -425,7 +425,7 @@ def _error(name: str, error: YAMLError) -> YamlError:
     return YamlError(f"{name}: {' '.join(str(error).split())}", hint="fix the YAML syntax")
 
 
-def _fingerprint(document: Any, *, native: bool = False) -> str:
+def fingerprint(document: Any, *, native: bool = False) -> str:
     """The document's content as compact JSON (values and key order), to compare it with.
 
     A plain document (`yamlfast`: dicts with string keys, lists, str, int, float, bool, None,
@@ -531,9 +531,9 @@ def load_text(
         texts = _document_texts(text, name)
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
         raise YamlError(f"{name}: cannot tell its documents apart")
-    fingerprints = remembered or [_fingerprint(document) for document in documents]
+    fingerprints = remembered or [fingerprint(document) for document in documents]
     sources = []
-    for fingerprint, document_text in zip(fingerprints, texts, strict=True):
+    for content, document_text in zip(fingerprints, texts, strict=True):
         sources.append(
             _Source(
                 text=document_text,
@@ -541,7 +541,7 @@ def load_text(
                 explicit_end=_begins_a_line(document_text, "...")
                 and bool(_DOCUMENT_END.search(document_text)),
                 indentation=guess_indentation(document_text),
-                fingerprint=fingerprint,
+                fingerprint=content,
             )
         )
     if memo is not None and read_plain and remembered is None:
