@@ -8,7 +8,7 @@ changes made through a `Workload` land in the document that is written back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,15 +159,15 @@ class Workload:
 
     def containers(self) -> list[MutableMapping[str, Any]]:
         """The regular containers (read without adding anything to the document)."""
-        return _containers(self.pod_template, "containers", self.describe())
+        return _containers(self.pod_template, "containers", self.describe)
 
     def init_containers(self) -> list[MutableMapping[str, Any]]:
         """The init containers, native sidecars (`restartPolicy: Always`) included."""
-        return _containers(self.pod_template, "initContainers", self.describe())
+        return _containers(self.pod_template, "initContainers", self.describe)
 
     def ephemeral_containers(self) -> list[MutableMapping[str, Any]]:
         """Debug containers of a running Pod (`kubectl debug`); not among `all_containers`."""
-        return _containers(self.pod_template, "ephemeralContainers", self.describe())
+        return _containers(self.pod_template, "ephemeralContainers", self.describe)
 
     def all_containers(self) -> list[MutableMapping[str, Any]]:
         """Init containers first, then regular containers: the order the pod starts them."""
@@ -189,8 +189,10 @@ def _annotation(resource: Mapping[str, Any], name: str) -> str | None:
 
 
 def _containers(
-    pod_template: Mapping[str, Any], key: str, where: str
+    pod_template: Mapping[str, Any], key: str, where: Callable[[], str]
 ) -> list[MutableMapping[str, Any]]:
+    """The containers under `spec.key`; `where` names the workload if they are not a list of
+    them (called only then: the lists are read hundreds of times a run)."""
     spec = pod_template.get("spec")
     if not isinstance(spec, Mapping):
         return []
@@ -200,7 +202,7 @@ def _containers(
     if not isinstance(containers, list) or not all(
         isinstance(container, MutableMapping) for container in containers
     ):
-        raise ResourceError(f"{where}: spec.{key} is not a list of containers")
+        raise ResourceError(f"{where()}: spec.{key} is not a list of containers")
     return list(containers)
 
 

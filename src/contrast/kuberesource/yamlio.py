@@ -118,9 +118,7 @@ class ResourceFile:
     def _changed(self, fingerprints: Sequence[str]) -> list[int]:
         return [
             index
-            for index, (content, source) in enumerate(
-                zip(fingerprints, self._sources, strict=True)
-            )
+            for index, (content, source) in enumerate(zip(fingerprints, self._sources, strict=True))
             if content != source.fingerprint
         ]
 
