@@ -27,20 +27,24 @@ def _files(root: Path) -> dict[str, bytes]:
     }
 
 
-def test_a_rerun_checks_nothing_and_a_changed_byte_is_checked_again(
-    workspace: GenerateWorkspace,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    monkeypatch.setenv(parallel.ENVIRONMENT, "1")  # the checks are counted in this process
-    checked: list[str] = []
+@pytest.fixture
+def checked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Where `schema.check` ran ("" for a form generate wrote), counted in this process."""
+    monkeypatch.setenv(parallel.ENVIRONMENT, "1")
+    where_checked: list[str] = []
     original = schema.check
 
     def counting(resource: Any, where: str) -> None:
-        checked.append(where)
+        where_checked.append(where)
         original(resource, where)
 
     monkeypatch.setattr(schema, "check", counting)
+    return where_checked
+
+
+def test_a_rerun_checks_nothing_and_a_changed_byte_is_checked_again(
+    workspace: GenerateWorkspace, checked: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     workspace.add_example("sidecar-tls")
     workspace.add_coordinator("emulated-snp")
     arguments = ("--reference-values", "emulated-snp", str(workspace.resources))
@@ -68,22 +72,11 @@ def test_a_rerun_checks_nothing_and_a_changed_byte_is_checked_again(
 
 
 def test_a_run_over_the_users_yaml_again_keeps_what_the_next_run_reads(
-    workspace: GenerateWorkspace,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    workspace: GenerateWorkspace, checked: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The user's YAML restored and one resource changed (a CI job regenerating from git): the
     written forms that were known already stay recorded when the file is written again, so the
     re-run over that output checks nothing."""
-    monkeypatch.setenv(parallel.ENVIRONMENT, "1")
-    checked: list[str] = []
-    original = schema.check
-
-    def counting(resource: Any, where: str) -> None:
-        checked.append(where)
-        original(resource, where)
-
-    monkeypatch.setattr(schema, "check", counting)
     workspace.add_example("sidecar-tls")
     workspace.add_coordinator("emulated-snp")
     users = {path: path.read_bytes() for path in workspace.resources.iterdir()}
