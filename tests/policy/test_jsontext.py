@@ -43,6 +43,14 @@ class Number(int):
     pass
 
 
+class Mapping(dict[str, Any]):
+    pass
+
+
+class Sequence(list[Any]):
+    pass
+
+
 @pytest.mark.parametrize(
     "value",
     [
@@ -50,6 +58,8 @@ class Number(int):
         {'quote"and\\': "é\u2028\x00\ud800", "nested": {"list": [1, 2.5, -0.0, 1e300]}},
         [math.nan, math.inf, -math.inf, True, False, None, 10**30],
         {Text("key"): Text("value"), "n": Number(5), "t": (1, (2,))},
+        {"in a dict": [Text("a"), Number(1), True, None], "b": False, "f": 0.5, "z": None},
+        [{"a": {}}, {"b": []}, Mapping({"c": Text("d")}), Sequence([Number(2)])],
         {1: "an int key", None: "a null key", False: "no", 2.5: "half"},  # json.dumps converts
     ],
 )

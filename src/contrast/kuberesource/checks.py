@@ -19,7 +19,7 @@ from contrast.kuberesource.inject import INITIALIZER_NAME, SERVICE_MESH_NAME
 from contrast.kuberesource.pinning import is_pinned
 from contrast.kuberesource.quantity import MIB, mebibytes, parse_quantity
 from contrast.kuberesource.releaseimages import IMAGE_REPOSITORY
-from contrast.kuberesource.workloads import Workload
+from contrast.kuberesource.workloads import Workload, is_mapping
 from contrast.platforms import PLATFORMS, Platform
 
 GPU_RESOURCE_PREFIX = "nvidia.com/"
@@ -62,10 +62,10 @@ class PodMemory:
 
 def _resources(container: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
     resources = container.get("resources")
-    if not isinstance(resources, Mapping):
+    if not is_mapping(resources):
         return {}
     values = resources.get(kind)
-    return values if isinstance(values, Mapping) else {}
+    return values if is_mapping(values) else {}
 
 
 def _name(container: Mapping[str, Any]) -> str:

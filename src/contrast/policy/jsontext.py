@@ -45,7 +45,13 @@ def _float(value: float) -> str:
 
 def _encode(value: Any, newline: str, step: str, out: list[str]) -> None:
     """Append `value`'s text; `newline` is a newline and the indentation of `value`'s line."""
-    if isinstance(value, str):
+    kind = type(value)
+    # Containers by their exact type first (most of a policy), then scalars as json orders them.
+    if kind is dict:
+        _encode_dict(value, newline, step, out)
+    elif kind is list or kind is tuple:
+        _encode_list(value, newline, step, out)
+    elif kind is str or isinstance(value, str):
         out.append(encode_basestring(value))
     elif value is None:
         out.append("null")
@@ -58,36 +64,53 @@ def _encode(value: Any, newline: str, step: str, out: list[str]) -> None:
     elif isinstance(value, float):
         out.append(_float(value))
     elif isinstance(value, list | tuple):
-        if not value:
-            out.append("[]")
-            return
-        inner = newline + step
-        separator = "[" + inner
-        for item in value:
-            out.append(separator)
-            separator = "," + inner
-            if isinstance(item, str):
-                out.append(encode_basestring(item))
-            else:
-                _encode(item, inner, step, out)
-        out.append(newline + "]")
+        _encode_list(value, newline, step, out)
     elif isinstance(value, dict):
-        if not value:
-            out.append("{}")
-            return
-        inner = newline + step
-        separator = "{" + inner
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise _NotJsonData
-            out.append(separator)
-            out.append(encode_basestring(key))
-            separator = "," + inner
-            if isinstance(item, str):
-                out.append(": " + encode_basestring(item))
-            else:
-                out.append(": ")
-                _encode(item, inner, step, out)
-        out.append(newline + "}")
+        _encode_dict(value, newline, step, out)
     else:
         raise _NotJsonData
+
+
+def _encode_list(value: Any, newline: str, step: str, out: list[str]) -> None:
+    if not value:
+        out.append("[]")
+        return
+    inner = newline + step
+    separator = "[" + inner
+    for item in value:
+        out.append(separator)
+        separator = "," + inner
+        if type(item) is str:
+            out.append(encode_basestring(item))
+        else:
+            _encode(item, inner, step, out)
+    out.append(newline + "]")
+
+
+def _encode_dict(value: Any, newline: str, step: str, out: list[str]) -> None:
+    if not value:
+        out.append("{}")
+        return
+    inner = newline + step
+    separator = "{" + inner
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise _NotJsonData
+        out.append(separator)
+        separator = "," + inner
+        kind = type(item)
+        # The scalars a policy is made of, written here rather than in a call of their own.
+        if kind is str:
+            out.append(encode_basestring(key) + ": " + encode_basestring(item))
+        elif item is True:
+            out.append(encode_basestring(key) + ": true")
+        elif item is False:
+            out.append(encode_basestring(key) + ": false")
+        elif item is None:
+            out.append(encode_basestring(key) + ": null")
+        elif kind is int:
+            out.append(encode_basestring(key) + ": " + _int_repr(item))
+        else:
+            out.append(encode_basestring(key) + ": ")
+            _encode(item, inner, step, out)
+    out.append(newline + "}")
