@@ -8,6 +8,7 @@ import re
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -25,6 +26,36 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     The temporary file is created with `mode` from the start, so a key is never readable by
     others, not even for a moment.
     """
+    staged = stage(path, data, mode=mode)
+    staged.commit()
+    sync_directory(path.parent)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """Data written and synced next to `path` (the first half of `write_atomically`).
+
+    `commit()` puts it in place (then `sync_directory` makes the rename durable), `discard()`
+    removes it: a caller that writes many files can write them while it still works, and put
+    them in place only when nothing can fail any more.
+    """
+
+    path: Path
+    temporary: Path
+
+    def commit(self) -> None:
+        try:
+            os.replace(self.temporary, self.path)
+        except BaseException:
+            self.discard()
+            raise
+
+    def discard(self) -> None:
+        self.temporary.unlink(missing_ok=True)
+
+
+def stage(path: Path, data: bytes, *, mode: int = 0o644) -> StagedFile:
+    """`data` in a temporary file beside `path`, created with `mode`, written and synced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX
@@ -35,15 +66,19 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
-    directory = os.open(path.parent, os.O_RDONLY)
+    return StagedFile(path, Path(temporary))
+
+
+def sync_directory(directory: Path) -> None:
+    """Make the renames in `directory` durable."""
+    descriptor = os.open(directory, os.O_RDONLY)
     try:
-        os.fsync(directory)
+        os.fsync(descriptor)
     finally:
-        os.close(directory)
+        os.close(descriptor)
 
 
 def remove_orphaned_temporaries(directory: Path) -> list[Path]:

@@ -220,6 +220,8 @@ def test_without_a_coordinator_nothing_is_written(
     assert "no Coordinator" in capsys.readouterr().err
     assert (workspace.resources / "app.yml").read_bytes() == before
     assert not (workspace.root / "manifest.json").exists()
+    # The new text was staged beside app.yml before the Coordinator was found missing: gone.
+    assert [path.name for path in workspace.resources.iterdir()] == ["app.yml"]
 
 
 def test_contrast_cc_needs_a_platform(

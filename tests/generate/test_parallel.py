@@ -103,6 +103,32 @@ def test_a_worker_that_dies_leaves_the_work_to_this_process(
     assert parallel.map_in_processes(step, items) == items
 
 
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_each_result_is_handed_over_as_it_arrives(
+    monkeypatch: pytest.MonkeyPatch, processes: str
+) -> None:
+    """`on_result` sees every result once, here, before the list is returned; one a dead
+    worker never sent is computed here and handed over too."""
+    monkeypatch.setenv(parallel.ENVIRONMENT, processes)
+    parent = os.getpid()
+    items = list(range(3 * parallel.MINIMUM_ITEMS))
+
+    def step(item: int) -> int:
+        if item == len(items) - 1 and os.getpid() != parent:
+            os._exit(1)  # the last item breaks the pool: it and the unsent ones are redone
+        return item * 2
+
+    seen: dict[int, int] = {}
+
+    def take(index: int, result: int) -> None:
+        assert os.getpid() == parent
+        assert index not in seen
+        seen[index] = result
+
+    assert parallel.map_in_processes(step, items, on_result=take) == [i * 2 for i in items]
+    assert seen == {index: index * 2 for index in items}
+
+
 def test_generate_on_all_cores_writes_what_one_process_writes(
     workspace: GenerateWorkspace,
     monkeypatch: pytest.MonkeyPatch,

@@ -45,16 +45,28 @@ def workers() -> int:
 
 
 def map_in_processes(
-    function: Callable[[_T], _R], items: Sequence[_T], *, minimum: int = MINIMUM_ITEMS
+    function: Callable[[_T], _R],
+    items: Sequence[_T],
+    *,
+    minimum: int = MINIMUM_ITEMS,
+    on_result: Callable[[int, _R], None] | None = None,
 ) -> list[_R]:
     """`[function(item) for item in items]`, with forked workers where that pays off.
 
     `function` must not rely on changing anything but its result: a worker's changes stay in the
-    worker. Its results must be picklable.
+    worker. Its results must be picklable. `on_result(index, result)` is called here for each
+    result as it arrives (in order, an item redone here after the others), so the caller can
+    act on the first results while workers still compute the rest.
     """
+
+    def done(index: int, result: _R) -> _R:
+        if on_result is not None:
+            on_result(index, result)
+        return result
+
     count = min(workers(), len(items))
     if count < 2 or len(items) < minimum:
-        return [function(item) for item in items]
+        return [done(index, function(item)) for index, item in enumerate(items)]
     # Imported here: a run with little to do (an unchanged re-run) starts no worker and should
     # not pay for the process pool's modules either.
     from concurrent.futures import ProcessPoolExecutor  # noqa: PLC0415
@@ -62,21 +74,25 @@ def map_in_processes(
     from multiprocessing import get_all_start_methods, get_context  # noqa: PLC0415
 
     if "fork" not in get_all_start_methods():
-        return [function(item) for item in items]
+        return [done(index, function(item)) for index, item in enumerate(items)]
     for stream in (sys.stdout, sys.stderr):  # a worker flushes what it inherited when it exits
         stream.flush()
     _job[:] = [(function, items)]
+    answers: list[Any] = [_Failed()] * len(items)
     try:
         with ProcessPoolExecutor(count, mp_context=get_context("fork")) as pool:
             chunk = max(1, len(items) // (count * 8))
-            answers: list[Any] = list(pool.map(_run, range(len(items)), chunksize=chunk))
+            for index, answer in enumerate(pool.map(_run, range(len(items)), chunksize=chunk)):
+                answers[index] = answer
+                if not isinstance(answer, _Failed):
+                    done(index, answer)
     except BrokenProcessPool:
-        answers = [_Failed()] * len(items)
+        pass  # what did not come back is done here below
     finally:
         _job.clear()
     return [
-        function(item) if isinstance(answer, _Failed) else answer
-        for item, answer in zip(items, answers, strict=True)
+        done(index, function(item)) if isinstance(answer, _Failed) else answer
+        for index, (item, answer) in enumerate(zip(items, answers, strict=True))
     ]
 
 

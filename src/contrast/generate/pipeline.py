@@ -12,7 +12,6 @@ they were; every file is replaced atomically. A second run over its own output c
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from contrast.generate.errors import GenerateError
 from contrast.generate.keys import ensure_owner_keys
 from contrast.generate.manifest import WorkloadIdentity
 from contrast.generate.references import ReferenceValueProvider
+from contrast.generate.staging import StagedWrites
 from contrast.images.layout import OciLayout
 from contrast.images.model import ImageFacts
 from contrast.images.reference import ImageReference
@@ -339,6 +339,7 @@ def _policies_and_texts(
     images: Mapping[str, ImageFacts],
     config_resources: Sequence[Mapping[str, Any]],
     cache: PolicyCache | None,
+    on_text: Callable[[yamlio.ResourceFile], None] | None = None,
 ) -> tuple[list[tuple[str, str]], list[yamlio.ResourceFile]]:
     """Each placed workload's (initdata annotation, policy hash), annotated on it, and the files
     that changed, their texts serialised.
@@ -348,7 +349,8 @@ def _policies_and_texts(
     (ruamel's round trip) are most of a run, so both happen in one pass on all cores, a file
     per item: the worker derives the policies its file lacks, annotates them, repeats the edits
     on the round-trip forms of the changed documents and writes the text, which the file here
-    then adopts for `write()` (one pool instead of two: starting one costs ~25 ms).
+    then adopts for `write()` (one pool instead of two: starting one costs ~25 ms), and hands to
+    `on_text` as soon as it arrives (`staging`: written beside the file while the rest runs).
     """
     keys: list[str] = []
     policies: dict[int, tuple[str, str]] = {}
@@ -382,15 +384,19 @@ def _policies_and_texts(
         return (derived, *file.dumped())
 
     changed = []
-    for file, (derived, content, text) in zip(
-        items, parallel.map_in_processes(derive_and_write, items), strict=True
-    ):
+
+    def take(index: int, answer: tuple[list[tuple[str, str]], str, str]) -> None:
+        file, (derived, content, text) = items[index], answer
         for workload, policy in zip(missing.get(id(file), []), derived, strict=True):
             policies[id(workload.resource)] = policy
             edits[id(workload.resource)].annotate(workload, policy[0])
         if content:
             file.adopt(content, text)
             changed.append(file)
+            if on_text is not None:
+                on_text(file)
+
+    parallel.map_in_processes(derive_and_write, items, on_result=take)
     ordered = [policies[id(workload.resource)] for workload, _ in placed]
     if cache is not None:
         for key, (annotation, policy_hash) in zip(keys, ordered, strict=True):
@@ -454,14 +460,6 @@ def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None)
     for (_, key), passed in zip(unknown, parallel.map_in_processes(passes, unknown), strict=True):
         if passed:
             cache.record(key)
-
-
-def _write_files(files: Sequence[yamlio.ResourceFile], memo: YamlMemo | None) -> list[bool]:
-    """`file.write()` for each file, several at once: each waits for its fsync (I/O, no GIL)."""
-    if not files:
-        return []
-    with ThreadPoolExecutor(max_workers=WRITERS) as pool:
-        return list(pool.map(lambda file: file.write(memo=memo), files))
 
 
 def generate(
@@ -532,71 +530,76 @@ def generate(
         if options.policy_cache is None
         else PolicyCache(options.policy_cache, rules.text, settings, config_resources)
     )
-    policies, written = _policies_and_texts(
-        files,
-        placed,
-        edits=edits,
-        generator=generator,
-        images=images,
-        config_resources=config_resources,
-        cache=cache,
-    )
-    for (workload, platform), (_, policy_hash) in zip(placed, policies, strict=True):
-        identities.append(_identity(workload, policy_hash))
-        result.policies[workload.describe()] = policy_hash
-        result.warnings.extend(checks.check(workload, platform, images))
-    if not any(identity.role == "coordinator" for identity in identities):
-        raise GenerateError(
-            "no Coordinator among the confidential resources",
-            hint="add the output of `contrast coordinator-resources --platform P` to the resources",
+    # Changed files are written beside themselves as their texts arrive (staging.py); a run
+    # that fails before they are put in place removes them.
+    with StagedWrites() as staged:
+        policies, written = _policies_and_texts(
+            files,
+            placed,
+            edits=edits,
+            generator=generator,
+            images=images,
+            config_resources=config_resources,
+            cache=cache,
+            on_text=staged.stage,
         )
-    _record_schemas(confidential, schema_cache)
+        for (workload, platform), (_, policy_hash) in zip(placed, policies, strict=True):
+            identities.append(_identity(workload, policy_hash))
+            result.policies[workload.describe()] = policy_hash
+            result.warnings.extend(checks.check(workload, platform, images))
+        if not any(identity.role == "coordinator" for identity in identities):
+            raise GenerateError(
+                "no Coordinator among the confidential resources",
+                hint="add the output of `contrast coordinator-resources --platform P` to the"
+                " resources",
+            )
+        _record_schemas(confidential, schema_cache)
 
-    platforms = runtimeclass.used_platforms(choices)
-    result.platforms = tuple(p.display_name for p in platforms)
-    provider = references or ReferenceValueProvider(
-        emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
-    )
-    values, result.missing_reference_values = manifest_document.reference_values(
-        (previous or {}).get("ReferenceValues", {}), platforms, provider
-    )
-    keys = ensure_owner_keys(
-        options.workload_owner_keys,
-        options.seedshare_owner_keys,
-        create_missing=options.create_keys,
-        disable_updates=options.disable_updates,
-    )
-    document = manifest_document.manifest_document(
-        identities, values, keys, seedshare_threshold=options.seedshare_threshold
-    )
+        platforms = runtimeclass.used_platforms(choices)
+        result.platforms = tuple(p.display_name for p in platforms)
+        provider = references or ReferenceValueProvider(
+            emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
+        )
+        values, result.missing_reference_values = manifest_document.reference_values(
+            (previous or {}).get("ReferenceValues", {}), platforms, provider
+        )
+        keys = ensure_owner_keys(
+            options.workload_owner_keys,
+            options.seedshare_owner_keys,
+            create_missing=options.create_keys,
+            disable_updates=options.disable_updates,
+        )
+        document = manifest_document.manifest_document(
+            identities, values, keys, seedshare_threshold=options.seedshare_threshold
+        )
 
-    changed = {id(file) for file in written}
-    for text in (rules, new_settings):
-        if text is not None and text.new:
-            write_atomically(text.path, text.text.encode())
-            result.written.append(text.path)
-    result.written.extend(keys.created)
-    if options.output is not None:
-        if yamlio.write_combined(files, options.output):
-            result.written.append(options.output)
-    else:
-        # A file that did not change is not written (stdin always goes to stdout, changed or not).
-        to_write = [file for file in files if id(file) in changed or file.is_stdio]
-        wrote = dict(zip(map(id, to_write), _write_files(to_write, memo), strict=True))
-        for file in files:
-            (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
-    manifest_bytes = manifest_document.to_bytes(document)
-    manifest_unchanged = (
-        options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes
-    )
-    if not manifest_unchanged:
-        _record_manifest(manifest_bytes, schema_cache)
-    for remembered in (cache, schema_cache, memo):
-        if remembered is not None:
-            remembered.save()
-    if manifest_unchanged:
-        result.unchanged.append(options.manifest)
-    else:
-        write_atomically(options.manifest, manifest_bytes)
-        result.written.append(options.manifest)
+        changed = {id(file) for file in written}
+        for text in (rules, new_settings):
+            if text is not None and text.new:
+                write_atomically(text.path, text.text.encode())
+                result.written.append(text.path)
+        result.written.extend(keys.created)
+        if options.output is not None:
+            if yamlio.write_combined(files, options.output):
+                result.written.append(options.output)
+        else:
+            # A file that did not change is not written (stdin always goes to stdout).
+            to_write = [file for file in files if id(file) in changed or file.is_stdio]
+            wrote = dict(zip(map(id, to_write), staged.write(to_write, memo), strict=True))
+            for file in files:
+                (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
+        manifest_bytes = manifest_document.to_bytes(document)
+        manifest_unchanged = (
+            options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes
+        )
+        if not manifest_unchanged:
+            _record_manifest(manifest_bytes, schema_cache)
+        for remembered in (cache, schema_cache, memo):
+            if remembered is not None:
+                remembered.save()
+        if manifest_unchanged:
+            result.unchanged.append(options.manifest)
+        else:
+            write_atomically(options.manifest, manifest_bytes)
+            result.written.append(options.manifest)
     return result

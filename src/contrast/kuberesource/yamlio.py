@@ -37,7 +37,7 @@ from ruamel.yaml.scalarstring import (
     SingleQuotedScalarString,
 )
 
-from contrast.files import write_atomically
+from contrast.files import StagedFile, stage, sync_directory
 from contrast.kuberesource import yamlblob, yamlbounds, yamlfast, yamlrtdump, yamlrtload
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 from contrast.kuberesource.yamlmemo import YamlMemo
@@ -171,11 +171,11 @@ class ResourceFile:
 
     def dumped(self) -> tuple[str, str]:
         """`dump()`, and a digest of the content it is the text of (for `adopt`)."""
-        content, text, _ = self._dumped()
+        content, text, _ = self.dumped_with_fingerprints()
         return content, text
 
-    def _dumped(self) -> tuple[str, str, list[str]]:
-        """`dumped()` and the fingerprints of the documents written."""
+    def dumped_with_fingerprints(self) -> tuple[str, str, list[str]]:
+        """`dumped()` and the fingerprints of the documents written (for `remember_written`)."""
         fingerprints = self._fingerprints()
         changed = set(self._changed(fingerprints))
         if not changed:
@@ -216,16 +216,21 @@ class ResourceFile:
         printable ASCII lines (ruamel writes some other characters so that they read back as
         something else: a NEL in a quoted string folds into a space).
         """
-        content, text, fingerprints = self._dumped()  # no content digest: nothing changed
+        content, text, fingerprints = self.dumped_with_fingerprints()  # "": nothing changed
         if self.is_stdio:
             (stdout or sys.stdout).write(text)
             return bool(content)
         if not content:
             return False
         _write_file(self.path, text)
-        if memo is not None and self.plain and not _NOT_PLAIN_ASCII.search(text):
-            memo.remember(text, fingerprints)
+        if memo is not None:
+            self.remember_written(memo, text, fingerprints)
         return True
+
+    def remember_written(self, memo: YamlMemo, text: str, fingerprints: Sequence[str]) -> None:
+        """Remember `text`, just written, as the documents of `fingerprints` (see `write`)."""
+        if self.plain and not _NOT_PLAIN_ASCII.search(text):
+            memo.remember(text, fingerprints)
 
 
 def _carry_over(target: Any, source: Any) -> Any:
@@ -257,9 +262,19 @@ def _carry_over(target: Any, source: Any) -> Any:
 
 
 def _write_file(path: Path, text: str) -> None:
+    staged = stage_file(path, text)
+    try:
+        staged.commit()
+        sync_directory(path.parent)
+    except OSError as error:
+        raise YamlError(f"cannot write {path}: {error.strerror}") from error
+
+
+def stage_file(path: Path, text: str) -> StagedFile:
+    """`text` written and synced beside `path` with `path`'s mode, to be put in place."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-        write_atomically(path, text.encode(), mode=mode)
+        return stage(path, text.encode(), mode=mode)
     except OSError as error:
         raise YamlError(f"cannot write {path}: {error.strerror}") from error
 
