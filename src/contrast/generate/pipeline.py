@@ -47,8 +47,6 @@ from contrast.policy.initdata import ANNOTATION
 from contrast.policy.settings import Settings
 
 CONFIG_KINDS = {"ConfigMap", "Secret"}
-# Files written at once: each mostly waits for its fsync.
-WRITERS = 8
 
 
 @dataclass(frozen=True)
