@@ -6,6 +6,8 @@ import io
 import tarfile
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from contrast.images.model import ImageError
 from contrast.images.streams import CHUNK_SIZE, ForwardFile
@@ -57,3 +59,42 @@ def test_tarfile_reads_every_member_through_it() -> None:
         "file5" + "x" * 120: b"\x05" * (CHUNK_SIZE + 1),
         "file6": b"\x06" * 3,
     }
+
+
+class Chunked:
+    """A source that hands out the data in the given chunk sizes, whatever is asked for."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self._data = data
+        self._sizes = sizes
+        self._turn = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        step = self._sizes[self._turn % len(self._sizes)]
+        self._turn += 1
+        chunk, self._data = self._data[:step], self._data[step:]
+        return chunk
+
+
+@settings(max_examples=200, deadline=None, derandomize=True, database=None)
+@given(
+    data=st.binary(max_size=3000),
+    sizes=st.lists(st.integers(1, 700), min_size=1, max_size=6),
+    steps=st.lists(
+        st.tuples(st.sampled_from(["read", "seek", "tell"]), st.integers(-1, 1200)), max_size=25
+    ),
+)
+def test_any_reads_and_forward_seeks_match_a_file(
+    data: bytes, sizes: list[int], steps: list[tuple[str, int]]
+) -> None:
+    expected = io.BytesIO(data)
+    stream = ForwardFile(Chunked(data, sizes), "a test stream")
+    for operation, amount in steps:
+        if operation == "read":
+            assert stream.read(amount) == expected.read(amount)
+        elif operation == "seek":
+            # Forward only, as tarfile seeks; a file goes past the end where the stream stops.
+            target = expected.tell() + max(amount, 0)
+            expected.seek(min(target, len(data)))
+            assert stream.seek(target) == expected.tell()
+        assert stream.tell() == expected.tell()

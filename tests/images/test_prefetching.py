@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import threading
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -75,3 +76,41 @@ def test_a_layer_read_through_it_is_unchanged() -> None:
     out = b"".join(iter(lambda: reader.read(1000), b""))
     reader.close()
     assert out == bytes(range(256)) * 5000
+
+
+def _stage_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("layer-") and t.is_alive()]
+
+
+def test_a_read_after_close_raises_instead_of_waiting_forever() -> None:
+    source = Chunks([b"queued", b"held"] + [b"never"] * 10)
+    reader = Prefetching(source, depth=1)
+    while source.reads < 2:  # the first chunk is in the queue, the thread holds the second
+        time.sleep(0.001)
+    reader.close()
+    assert reader.read() == b"queued"
+    with pytest.raises(ImageError, match="closed"):
+        reader.read()
+
+
+def test_stages_in_a_chain_pass_bytes_and_errors_down() -> None:
+    upstream = Prefetching(Chunks([b"a" * 10, b"b" * 10], ImageError("upstream broke")))
+    downstream = Prefetching(upstream, name="layer-second")
+    assert downstream.read(100) == b"a" * 10
+    assert downstream.read(100) == b"b" * 10
+    with pytest.raises(ImageError, match="upstream broke"):
+        downstream.read(100)
+    downstream.close()
+    upstream.close()
+    assert not _stage_threads()
+
+
+@pytest.mark.parametrize("downstream_first", [True, False])
+def test_closing_a_chain_stops_every_thread_whatever_the_order(downstream_first: bool) -> None:
+    upstream = Prefetching(Chunks([bytes(CHUNK_SIZE)] * 50), depth=1)
+    downstream = Prefetching(upstream, depth=1, name="layer-second")
+    assert downstream.read(1) == b"\0"
+    stages = [downstream, upstream] if downstream_first else [upstream, downstream]
+    for stage in stages:
+        stage.close()
+    assert not _stage_threads()

@@ -21,6 +21,8 @@ from contrast.images.model import ImageError
 CHUNK_SIZE = 256 * 1024
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS
+# How often a thread blocked on a full or empty queue looks whether it was told to stop.
+_POLL_SECONDS = 0.1
 
 
 # zlib-ng's stub declares `error` as an instance; at run time it is the module's exception class.
@@ -93,9 +95,14 @@ class DigestingReader:
             )
 
     def drain(self) -> None:
-        """Read to the end, checking the digest: used before reporting a parse error."""
+        """Read to the end and check the digest: used before reporting a parse error.
+
+        The check is made even when the end was reached before, by a thread whose error nobody
+        took from its queue once a later stage had failed.
+        """
         while self.read(CHUNK_SIZE):
             pass
+        self.check()
 
 
 class GunzipReader:
@@ -155,20 +162,28 @@ class GunzipReader:
 class Prefetching:
     """Read `source` in a thread of its own, a few chunks ahead of the reader.
 
-    Inflating and hashing release the GIL, so with the compressed side (digest, gunzip) in this
-    thread and the uncompressed side (diff_id, tar) in the caller's, a layer is read on two
-    cores. At most `depth` chunks wait in between, so memory stays flat. An error in the thread
-    is raised by the `read` that would have returned the data. `close()` stops the thread and
-    must be called (it is idempotent) before anyone else reads `source`'s upstream.
+    Inflating and hashing release the GIL for the length of a chunk, so the stages of a layer
+    read that run in these (reading and hashing the blob; gunzip) take the second core while the
+    caller's thread hashes the tar and walks its headers. At most `depth` chunks wait in
+    between, so memory stays flat. An error in the thread is raised by the `read` that would
+    have returned the data. `close()` stops the thread and must be called (it is idempotent)
+    before anyone else reads `source`'s upstream; a `read` after it raises instead of waiting
+    for data that will not come (so a stage reading from a closed one stops too).
     """
 
-    def __init__(self, source: Readable, depth: int = 4) -> None:
+    def __init__(self, source: Readable, depth: int = 4, name: str = "layer-prefetch") -> None:
         self._source = source
-        self._chunks: queue.Queue[bytes | BaseException] = queue.Queue(maxsize=depth)
+        # Two of the C-implemented SimpleQueues instead of one bounded queue.Queue (Python code,
+        # a Condition per wait): the chunks, and one token per free place, which the reader
+        # gives back for each chunk it takes.
+        self._chunks: queue.SimpleQueue[bytes | BaseException] = queue.SimpleQueue()
+        self._room: queue.SimpleQueue[None] = queue.SimpleQueue()
+        for _ in range(depth):
+            self._room.put(None)
         self._stop = threading.Event()
         self._pending = b""
         self._done = False
-        self._thread = threading.Thread(target=self._run, name="layer-prefetch", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
@@ -184,16 +199,28 @@ class Prefetching:
     def _put(self, item: bytes | BaseException) -> None:
         while not self._stop.is_set():
             try:
-                self._chunks.put(item, timeout=0.1)
-            except queue.Full:
+                self._room.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
                 continue
+            self._chunks.put(item)
             return
+
+    def _get(self) -> bytes | BaseException:
+        while True:
+            try:
+                item = self._chunks.get(timeout=_POLL_SECONDS)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return ImageError("a layer stream was read after it was closed")
+                continue
+            self._room.put(None)
+            return item
 
     def read(self, size: int = -1, /) -> bytes:
         if not self._pending:
             if self._done:
                 return b""
-            item = self._chunks.get()
+            item = self._get()
             if isinstance(item, BaseException):
                 self._done = True
                 raise item
@@ -201,8 +228,9 @@ class Prefetching:
                 self._done = True
                 return b""
             self._pending = item
-        if size is None or size < 0:
-            size = len(self._pending)
+        if size is None or size < 0 or size >= len(self._pending):
+            data, self._pending = self._pending, b""
+            return data
         data, self._pending = self._pending[:size], self._pending[size:]
         return data
 
@@ -219,6 +247,9 @@ class ForwardFile:
     only moves through the chunks the source hands out (every byte is still read from it, so a
     digesting source still hashes all of them). A backward seek, which tarfile's sequential
     reading never makes, is refused rather than served wrongly.
+
+    tarfile makes five of these calls per entry (tell, seek, read(1), read(512), tell), so the
+    common case, all within the current chunk, is served before anything else.
     """
 
     def __init__(self, source: Readable, what: str) -> None:
@@ -226,47 +257,50 @@ class ForwardFile:
         self._what = what
         self._chunk = b""
         self._offset = 0  # into _chunk
-        self._position = 0  # of the stream
+        self._start = 0  # position of _chunk[0] in the stream
         self._ended = False
 
     def tell(self) -> int:
-        return self._position
+        return self._start + self._offset
 
     def seek(self, position: int, whence: int = 0, /) -> int:
-        if whence != 0 or position < self._position:
+        offset = position - self._start
+        if whence == 0 and self._offset <= offset <= len(self._chunk):
+            self._offset = offset
+            return position
+        if whence != 0 or offset < self._offset:
             raise ImageError(f"{self._what}: the tar reader seeks backward, which a stream cannot")
-        to_skip = position - self._position
-        while to_skip:
-            available = len(self._chunk) - self._offset
-            if not available and not self._refill():
-                break  # past the end: the next read returns nothing, as for a file
-            step = min(to_skip, len(self._chunk) - self._offset)
-            self._offset += step
-            self._position += step
-            to_skip -= step
-        return self._position
+        while position - self._start > len(self._chunk):
+            if not self._refill():
+                # Past the end: the next read returns nothing, as for a file.
+                self._offset = len(self._chunk)
+                return self.tell()
+        self._offset = position - self._start
+        return position
 
     def read(self, size: int = -1, /) -> bytes:
         """`size` bytes, fewer only at the end (file semantics; tarfile relies on them)."""
-        parts = []
-        wanted = size if size is not None and size >= 0 else None
-        while wanted is None or wanted > 0:
-            if self._offset == len(self._chunk) and not self._refill():
-                break
-            end = (
-                len(self._chunk) if wanted is None else min(len(self._chunk), self._offset + wanted)
-            )
-            parts.append(self._chunk[self._offset : end])
-            taken = end - self._offset
+        offset = self._offset
+        end = offset + size
+        if size >= 0 and end <= len(self._chunk):
             self._offset = end
-            self._position += taken
-            if wanted is not None:
+            return self._chunk[offset:end]
+        parts = [self._chunk[offset:]]
+        self._offset = len(self._chunk)
+        wanted = size - len(parts[0]) if size >= 0 else -1
+        while wanted and self._refill():
+            taken = len(self._chunk) if wanted < 0 else min(wanted, len(self._chunk))
+            parts.append(self._chunk[:taken])
+            self._offset = taken
+            if wanted > 0:
                 wanted -= taken
-        return parts[0] if len(parts) == 1 else b"".join(parts)
+        return b"".join(parts)
 
     def _refill(self) -> bool:
+        """The next chunk; False at the end of the stream."""
         if self._ended:
             return False
+        self._start += len(self._chunk)
         self._chunk = self._source.read(CHUNK_SIZE)
         self._offset = 0
         self._ended = not self._chunk
