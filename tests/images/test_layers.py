@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import functools
 import gzip
 import io
 import logging
+import posixpath
+import random
+import threading
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
-from contrast.images.layers import LayerFacts, LayerFile, merge_file, read_layer
+from contrast.images.layers import (
+    OPAQUE_MARKER,
+    LayerFacts,
+    LayerFile,
+    _clean,
+    merge_file,
+    read_layer,
+)
 from contrast.images.manifest import Descriptor
 from contrast.images.model import ImageError
-from contrast.images.streams import DigestMismatch
+from contrast.images.streams import CHUNK_SIZE, DigestMismatch
 from tests.images import imagebuild as build
 
 ABSENT = LayerFile()
@@ -148,3 +161,106 @@ def test_not_a_tar() -> None:
 )
 def test_merge(changes: list[LayerFile], expected: str) -> None:
     assert merge_file(changes) == expected
+
+
+def _layer_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("layer-") and t.is_alive()]
+
+
+# More chunks than the stages' queues hold, so that every thread is busy when the reader stops.
+BIG = 16 * CHUNK_SIZE + 7
+
+
+@functools.cache
+def _big_layer() -> tuple[bytes, build.Layer]:
+    """A layer of many chunks whose passwd comes after a large file the walk skips."""
+    tar = build.tar_bytes(
+        [
+            build.file("usr/lib/big", random.Random(1).randbytes(BIG)),
+            build.file("etc/passwd", "p:x:1:1::/:/bin/sh\n"),
+        ]
+    )
+    data = gzip.compress(tar, compresslevel=1)
+    return tar, build.Layer(build.Blob(data, build.OCI_LAYER_GZIP), build.sha256(tar), len(tar))
+
+
+def test_a_layer_of_many_chunks_is_read_and_leaves_no_thread() -> None:
+    tar, layer = _big_layer()
+    facts = read(layer)
+    assert facts.passwd.content == "p:x:1:1::/:/bin/sh\n"
+    assert facts.size == len(tar)
+    assert not _layer_threads()
+
+
+def test_a_flipped_byte_in_a_skipped_file_fails_the_diff_id() -> None:
+    tar, layer = _big_layer()
+    flipped = bytearray(tar)
+    flipped[2 * CHUNK_SIZE] ^= 0x01  # inside usr/lib/big, which the walk seeks over
+    data = gzip.compress(bytes(flipped), compresslevel=1)
+    blob = build.Blob(data, build.OCI_LAYER_GZIP)  # the blob's own digest is right
+    with pytest.raises(DigestMismatch, match=r"diff_id\).*expected " + layer.diff_id):
+        read(build.Layer(blob, layer.diff_id, len(tar)))
+    assert not _layer_threads()
+
+
+@pytest.mark.parametrize("position", [0.1, 0.5, 0.9])
+def test_a_flipped_compressed_byte_is_a_digest_mismatch_and_leaves_no_thread(
+    position: float,
+) -> None:
+    _, layer = _big_layer()
+    data = bytearray(layer.blob.data)
+    data[int(len(data) * position)] ^= 0x01
+    descriptor = Descriptor(layer.blob.media_type, layer.blob.digest, len(data))
+    with pytest.raises(DigestMismatch, match=layer.blob.digest):
+        read_layer(io.BytesIO(bytes(data)), descriptor, layer.diff_id, "layer 1 of test")
+    assert not _layer_threads()
+
+
+class _FailingSource:
+    """The blob's bytes up to `limit`, then the connection breaks."""
+
+    def __init__(self, data: bytes, limit: int) -> None:
+        self._data = io.BytesIO(data)
+        self._limit = limit
+
+    def read(self, size: int = -1, /) -> bytes:
+        if self._data.tell() >= self._limit:
+            raise ConnectionResetError("the registry hung up")
+        return self._data.read(min(size, self._limit - self._data.tell()))
+
+
+def test_an_error_reading_the_blob_surfaces_and_leaves_no_thread() -> None:
+    _, layer = _big_layer()
+    descriptor = Descriptor(layer.blob.media_type, layer.blob.digest, len(layer.blob.data))
+    source = _FailingSource(layer.blob.data, len(layer.blob.data) // 2)
+    with pytest.raises(ConnectionResetError, match="hung up"):
+        read_layer(source, descriptor, layer.diff_id, "layer 1 of test")
+    assert not _layer_threads()
+
+
+def test_errors_in_parsing_leave_no_thread() -> None:
+    data = gzip.compress(b"this is not a tar archive" * (BIG // 25), compresslevel=1)
+    layer = build.Layer(
+        build.Blob(data, build.OCI_LAYER_GZIP), build.sha256(gzip.decompress(data)), 0
+    )
+    with pytest.raises(ImageError, match="tar"):
+        read(layer)
+    assert not _layer_threads()
+
+
+@settings(max_examples=500, deadline=None, derandomize=True, database=None)
+@given(
+    st.lists(
+        st.sampled_from(["et", "c", "tc", "e", "passwd", ".wh", "wh.", ".", "..", "", "x/"]),
+        max_size=8,
+    ).map("/".join)
+)
+def test_names_the_scan_passes_over_never_matter(name: str) -> None:
+    """The scan skips entries whose name has neither `etc` nor `.wh.` before cleaning their path
+    (nearly all of them): cleaning never makes such a name one that the scan acts on."""
+    assume("etc" not in name and ".wh." not in name)
+    path = _clean(name)
+    if path is not None:
+        assert path != OPAQUE_MARKER
+        assert path not in {".wh.etc", "etc"}
+        assert posixpath.dirname(path) != "etc"

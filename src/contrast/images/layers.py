@@ -87,7 +87,12 @@ class _LayerScan:
         self.deleted: dict[str, bool] = dict.fromkeys(FILES, False)
 
     def entry(self, tar: tarfile.TarFile, member: tarfile.TarInfo) -> None:
-        path = _clean(member.name)
+        name = member.name
+        if "etc" not in name and WHITEOUT_PREFIX not in name:
+            # Nearly every entry: every one that matters names `etc` or is a whiteout, and
+            # cleaning the path only drops components, never makes one.
+            return
+        path = _clean(name)
         if path is None:
             return
         directory, base = posixpath.split(path)
@@ -170,11 +175,20 @@ def read_layer(
             f"{what} is zstd-compressed, which is not supported",
             hint="push the image with gzip-compressed layers (the default of docker and buildah)",
         )
-    prefixed = _Prefixed(head, compressed)
-    # The compressed side (digest, gunzip) runs in a thread of its own: two cores, one pass.
-    tar_stream = Prefetching(
-        GunzipReader(prefixed, what) if head.startswith(_GZIP_MAGIC) else prefixed
-    )
+    # The passes that need no Python between chunks run ahead in threads of their own: reading
+    # and hashing the blob, and inflating it. Both release the GIL for the length of a chunk, so
+    # they take the second core while the caller's thread hashes the tar (for the diff_id) and
+    # walks its headers. The diff_id's hash stays here, in whole chunks between the walk's steps:
+    # a thread of its own would wait for the GIL the walk holds (a switch interval, 5 ms, at
+    # each chunk), while here each chunk's hash releases it for the other stages.
+    # `stages` lists the threads from the reading end; each reads from the one after it.
+    stages = [Prefetching(compressed, name="layer-digest")]
+    if head.startswith(_GZIP_MAGIC):
+        gunzip = GunzipReader(_Prefixed(head, stages[0]), what)
+        stages.insert(0, Prefetching(gunzip, name="layer-gunzip"))
+        tar_stream: Readable = stages[0]
+    else:
+        tar_stream = _Prefixed(head, stages[0])
     uncompressed = DigestingReader(tar_stream, diff_id, f"uncompressed {what} (diff_id)")
     scan = _LayerScan(what)
     try:
@@ -186,16 +200,17 @@ def read_layer(
             while (member := tar.next()) is not None:
                 scan.entry(tar, member)
                 headers.clear()
+        # The rest (the tar's padding, or anything after it) is hashed too, the diff_id checked.
         uncompressed.drain()
     except (tarfile.TarError, zlib.error, ImageError, EOFError, UnicodeError) as error:
-        tar_stream.close()
+        _close(stages)
         # A corrupted blob is reported as such rather than as whatever broke in parsing it.
         compressed.drain()
         if isinstance(error, ImageError):
             raise
         raise ImageError(f"{what} is not a valid tar archive: {error}") from None
     finally:
-        tar_stream.close()
+        _close(stages)
     compressed.drain()
     return LayerFacts(
         diff_id=diff_id,
@@ -203,6 +218,17 @@ def read_layer(
         group=scan.result("group"),
         size=uncompressed.size,
     )
+
+
+def _close(stages: list[Prefetching]) -> None:
+    """Stop the threads of a chain of stages, the reading end first.
+
+    Each stage reads from the next one, so stopping them in this order never leaves one waiting
+    for a chunk from a stage that has stopped already (and a read from a closed stage raises
+    rather than waits, should it happen anyway).
+    """
+    for stage in stages:
+        stage.close()
 
 
 class _Prefixed:
