@@ -290,6 +290,10 @@ DECLINED = {
     "directive": "%YAML 1.2\n---\na: 1\n",
     "two documents": "a: 1\n---\nb: 2\n",
     "not YAML": "a: [1,\n",
+    # libyaml's marks do not count a byte order mark, so the checks between tokens would look
+    # one character off (a random text found it: ruamel keeps the blank line).
+    "byte order mark, blank lines": "\ufeff\n\nname: 'true'\n",
+    "byte order mark": "\ufeffa: 1\n",
 }
 
 

@@ -53,7 +53,9 @@ def load(text: str) -> Any | None:
 
     None: read it with ruamel (`YAML(typ="rt").load_all(text)`), which may also raise.
     """
-    if not yamlfast.WITH_LIBYAML:
+    # A byte order mark: libyaml's marks do not count it, so `_checked_events` would look at
+    # the text one character off.
+    if not yamlfast.WITH_LIBYAML or "\ufeff" in text:
         return None
     builder = _Builder()
     try:
