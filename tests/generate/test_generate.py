@@ -413,14 +413,16 @@ def test_a_manifest_that_passed_is_checked_again_only_when_a_byte_changes(
         *EMULATED,
         str(workspace.resources),
     ]
+    # Nor the rules' parser, nor PyYAML: the rules passed, the files are remembered (yamlmemo).
     code = (
         "import sys; from contrast.cli.main import main;"
-        f" code = main({arguments!r}); print(code, 'pydantic' in sys.modules)"
+        f" code = main({arguments!r});"
+        " print(code, *(m in sys.modules for m in ('pydantic', 'regorus', 'yaml')))"
     )
     rerun = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True
     )
-    assert rerun.stdout.split()[-2:] == ["0", "False"], rerun.stderr
+    assert rerun.stdout.split()[-4:] == ["0", "False", "False", "False"], rerun.stderr
     manifest = workspace.manifest()
     manifest["Policy"] = manifest.pop("Policies")  # a typo: not a manifest any more
     (workspace.root / "manifest.json").write_text(json.dumps(manifest, indent=2))

@@ -53,7 +53,7 @@ def test_a_rerun_checks_nothing_and_a_changed_byte_is_checked_again(
     read = [where for where in checked if where]
     assert len(read) > 2
     passed = json.loads((workspace.root / FILE).read_text())["passed"]
-    assert len(passed) == len(checked) + 1  # and the manifest written
+    assert len(passed) == len(checked) + 2  # and the manifest written, and the rules
 
     checked.clear()
     before = _files(workspace.root)

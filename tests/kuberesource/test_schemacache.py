@@ -220,3 +220,26 @@ def test_other_manifest_code_or_libraries_miss(
         (package / name).write_bytes(original + b"\n")
         assert schemacache.manifest_digest() != before, name
         (package / name).write_bytes(original)
+
+
+RULES = "package agent_policy\n\ndefault CreateContainerRequest := false\n"
+
+
+def test_a_changed_byte_of_the_rules_or_another_parser_misses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = _cache(tmp_path)
+    cache.record(cache.rules_key(RULES))
+    cache.save()
+    again = _cache(tmp_path)
+    assert again.passed(again.rules_key(RULES))
+    assert not again.passed(again.rules_key(RULES.replace("false", "true")))
+    assert not again.passed(again.rules_key(RULES + "\n"))
+    assert again.rules_key(RULES) != again.manifest_key(RULES.encode())
+    real = schemacache.metadata.version
+    monkeypatch.setattr(
+        schemacache.metadata,
+        "version",
+        lambda name: "0.0.0" if name == "gordon-to-regorus" else real(name),
+    )
+    assert not _cache(tmp_path).passed(_cache(tmp_path).rules_key(RULES))

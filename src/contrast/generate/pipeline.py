@@ -113,16 +113,24 @@ class _WorkspaceText:
             raise GenerateError(f"cannot read the {what} {path}: {error}") from None
 
 
-def _rules(path: Path) -> _WorkspaceText:
-    """The rules, parsed now: an error in them would otherwise be baked into every policy."""
+def _rules(path: Path, cache: SchemaCache | None) -> _WorkspaceText:
+    """The rules, parsed now: an error in them would otherwise be baked into every policy.
+
+    Rules that passed before, byte for byte, are not parsed again (`cache`).
+    """
     rules = _WorkspaceText.read(path, default_rules(), "policy rules")
-    try:
-        check_rules(rules.text, str(path))
-    except PolicyLoadError as error:
-        raise GenerateError(
-            error.message,
-            hint=error.hint or "fix the Rego there, or remove the file to get the default rules",
-        ) from None
+    key = None if cache is None else cache.rules_key(rules.text)
+    if cache is None or not cache.passed(key):
+        try:
+            check_rules(rules.text, str(path))
+        except PolicyLoadError as error:
+            raise GenerateError(
+                error.message,
+                hint=error.hint
+                or "fix the Rego there, or remove the file to get the default rules",
+            ) from None
+    if cache is not None:
+        cache.record(key)
     return rules
 
 
@@ -470,9 +478,9 @@ def generate(
     """Rewrite the resources under `options.paths` and write the workspace files."""
     result = Result()
     # Everything is read and checked first, and written last: a failure changes no file.
-    rules = _rules(options.rules)
-    new_settings, settings = _settings(options.settings)
     schema_cache = None if options.schema_cache is None else SchemaCache(options.schema_cache)
+    rules = _rules(options.rules, schema_cache)
+    new_settings, settings = _settings(options.settings)
     previous = _previous_manifest(options.manifest, schema_cache)
     generator = PolicyGenerator(rules.text, settings)
 

@@ -21,13 +21,14 @@ lookup. Only passes are recorded, so an error is found and reported again on eve
 next run reads that. The file holds the resources of the last run that added one (two entries
 each at most); one that cannot be read or has another shape is ignored, never an error.
 
-The same file remembers the other shape check of an input: the previous `manifest.json` against
-the manifest's model (`ManifestDraft`, pydantic), which generate runs so that it never replaces a
-file that is not a manifest. Importing pydantic and the model was the largest part of an
-unchanged re-run's start. Its key covers the manifest's bytes, the code the check runs (the model
-and the modules it calls: bounded JSON reading, the seed share key check) and the versions of the
-libraries it calls (pydantic, pydantic-core, cryptography, shamir-mnemonic), with the same
-format, tool and Python versions as above; a tag keeps the two kinds of key apart.
+The same file remembers the other checks of an input: the previous `manifest.json` against the
+manifest's model (`ManifestDraft`, pydantic), which generate runs so that it never replaces a
+file that is not a manifest, and the policy rules against regorus's parser. Importing pydantic and
+the model was the largest part of an unchanged re-run's start. A manifest's key covers its bytes,
+the code the check runs (the model and the modules it calls: bounded JSON reading, the seed share
+key check) and the versions of the libraries it calls (pydantic, pydantic-core, cryptography,
+shamir-mnemonic); the rules' key their text, `policy/engine.py` and regorus's version; both with
+the same format, tool and Python versions as above, and a tag keeps the kinds of key apart.
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ MANIFEST_CODE = (
     "errors.py",
 )
 MANIFEST_LIBRARIES = ("pydantic", "pydantic-core", "cryptography", "shamir-mnemonic")
+# And for the rules check (`policy.engine.check_rules`): regorus parses the rules.
+RULES_CODE = ("policy/engine.py", "errors.py")
+RULES_LIBRARIES = ("gordon-to-regorus",)
 # 65 bytes a resource: a file of this size lists about 300 000 of them.
 LIMITS = JsonLimits(max_bytes=20 * 1024 * 1024, max_depth=2)
 _HEX = frozenset("0123456789abcdef")
@@ -105,6 +109,7 @@ class SchemaCache:
         self.path = path
         self._schemas = (digest or schema_digest()).encode()
         self._manifest_check = manifest_check
+        self._rules_check: str | None = None
         self._read = self._load(path)
         self._passed: set[str] = set()
 
@@ -137,6 +142,14 @@ class SchemaCache:
             self._manifest_check = manifest_digest()
         context = f"manifest\0{self._manifest_check}\0".encode()
         return hashlib.sha256(context + data).hexdigest()
+
+    def rules_key(self, text: str) -> str:
+        """The digest of policy rules as the rules check reads them."""
+        if self._rules_check is None:
+            package = Path(contrast.__file__).parent
+            self._rules_check = _digest([package / name for name in RULES_CODE], RULES_LIBRARIES)
+        context = f"rules\0{self._rules_check}\0".encode()
+        return hashlib.sha256(context + text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def passed(self, key: str | None) -> bool:
         """Whether the input of `key` passed its check in the previous run (or this one)."""

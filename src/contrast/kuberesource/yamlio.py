@@ -38,9 +38,13 @@ from ruamel.yaml.scalarstring import (
 )
 
 from contrast.files import StagedFile, stage, sync_directory
-from contrast.kuberesource import yamlblob, yamlbounds, yamlfast, yamlrtdump, yamlrtload
+from contrast.kuberesource import yamlblob, yamlbounds
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 from contrast.kuberesource.yamlmemo import YamlMemo
+
+# yamlfast, yamlrtload and yamlrtdump (built on libyaml through PyYAML) are imported where they
+# are used: a re-run whose files the memo knows (`yamlmemo`) parses nothing, and loading PyYAML
+# was a tenth of its start.
 
 STDIO = "-"
 SUFFIXES = (".yml", ".yaml")
@@ -136,6 +140,8 @@ class ResourceFile:
         if not self.plain:
             return self.documents[index]
         if index not in self._round_trips:
+            from contrast.kuberesource import yamlrtload  # noqa: PLC0415 - see the imports
+
             source = self._sources[index].text
             fast = yamlrtload.load(source)
             if fast is not None:
@@ -331,6 +337,8 @@ def _serialise(document: Any, source: _Source) -> str:
     text in every style, so it is swapped for a short token of the same kind, and the token for
     the blob in the text ruamel writes.
     """
+    from contrast.kuberesource import yamlrtdump  # noqa: PLC0415 - see the imports
+
     indentation = source.indentation
     written = yamlrtdump.dump(
         document,
@@ -516,8 +524,10 @@ def load_text(
     name = "<stdin>" if str(path) == STDIO else str(path)
     found = None if memo is None or not plain else memo.lookup(text)
     remembered, documents = (None, None) if found is None else found
-    if documents is None:
-        documents = yamlfast.load_all(text) if plain else None
+    if documents is None and plain:
+        from contrast.kuberesource import yamlfast  # noqa: PLC0415 - see the imports
+
+        documents = yamlfast.load_all(text)
     texts = None if documents is None else _split_at_markers(text, len(documents))
     if texts is None:
         remembered = None

@@ -10,7 +10,8 @@ its documents' content as `yamlio` fingerprints them (compact JSON: values and k
 What makes an entry sound:
 - The key covers every byte of the text and the code that turns text into documents: this
   module, `yamlio` and its readers and writers (`yaml*.py` here), the tool's version, Python's,
-  PyYAML's and libyaml's (the parser), ruamel's (whose resolver decides what a scalar is).
+  PyYAML's (whose wheels carry the libyaml that parses) and ruamel's (whose resolver decides
+  what a scalar is).
 - A file that was read: its entry is what the plain reader (`yamlfast`) made of those bytes.
 - A file that generate wrote: its entry is the content it was written for. Every changed
   document's round-trip node is checked against that content before it is written
@@ -33,11 +34,11 @@ import hashlib
 import json
 import sys
 from collections.abc import Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import ruamel.yaml
-import yaml  # type: ignore[import-untyped]
 
 import contrast
 from contrast.files import write_atomically
@@ -49,9 +50,11 @@ MAX_BYTES = 256 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
 
 
-def _libyaml_version() -> str | None:
-    native = getattr(yaml, "_yaml", None)
-    return None if native is None else str(native.get_version_string())
+def _version(distribution: str) -> str | None:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def code_digest() -> str:
@@ -64,8 +67,7 @@ def code_digest() -> str:
         FORMAT,
         contrast.__version__,
         sys.version,
-        yaml.__version__,
-        _libyaml_version(),
+        _version("PyYAML"),  # by version, not imported: a re-run that parses nothing skips it
         ruamel.yaml.__version__,
         hashed.hexdigest(),
     ]

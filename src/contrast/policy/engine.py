@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import regorus  # type: ignore[import-untyped]
-
 from contrast.errors import ContrastError
 from contrast.policy.json_patch import JsonPatchError, apply_patch, is_operation
 from contrast.policy.requests import normalise_request, query_name
@@ -231,9 +229,17 @@ def check_rules(text: str, source: str) -> None:
     _add_policy(_engine(), source, text, os.path.basename(source))
 
 
+def _regorus() -> Any:
+    """The regorus module, imported on first use: `generate` re-runs whose rules passed the
+    check before (`kuberesource/schemacache.py`) evaluate nothing and do not load it."""
+    import regorus  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    return regorus
+
+
 def _engine() -> Any:
     """A regorus engine with the agent's limits on policy text."""
-    engine = regorus.Engine()
+    engine = _regorus().Engine()
     engine.set_policy_length_config(
         max_col=MAX_LINE_LENGTH, max_file_bytes=MAX_FILE_BYTES, max_lines=MAX_LINES
     )
@@ -303,7 +309,7 @@ def _to_number_defined(value: Any) -> bool:
 @lru_cache(maxsize=4096)
 def _string_is_number(text: str) -> bool:
     # Ask regorus itself: its number syntax is its own (" 1" parses, "007" and "+3" do not).
-    probe = regorus.Engine()
+    probe = _regorus().Engine()
     probe.set_input({"x": text})
     try:
         probe.eval_query("to_number(input.x)")
