@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 from ruamel.yaml import YAML
 
 import contrast
+from contrast import distributions
 from contrast.kuberesource import schema, schemacache
 from contrast.kuberesource.schemacache import FILE, SchemaCache
 
@@ -34,6 +36,17 @@ POD: dict[str, Any] = {
 
 def _cache(tmp_path: Path, digest: str = "a" * 64) -> SchemaCache:
     return SchemaCache(tmp_path / FILE, digest)
+
+
+def _upgrade(monkeypatch: pytest.MonkeyPatch, library: str) -> None:
+    """`library` is found at another version, as after an upgrade."""
+    real = distributions.versions
+
+    def versions(names: Sequence[str]) -> list[str | None]:
+        found = zip(names, real(names), strict=True)
+        return ["0.0.0" if name == library else version for name, version in found]
+
+    monkeypatch.setattr(distributions, "versions", versions)
 
 
 def _checked(cache: SchemaCache, resource: dict[str, Any]) -> str | None:
@@ -95,12 +108,7 @@ def test_key_order_and_types_are_part_of_the_key(tmp_path: Path) -> None:
 def test_other_schemas_or_code_miss(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = schemacache.schema_digest()
     assert _cache(tmp_path, before).key(POD) != _cache(tmp_path, "b" * 64).key(POD)
-    real = schemacache.metadata.version
-
-    def other_version(name: str) -> str:
-        return "0.0.0" if name == "kubernetes-validate" else real(name)
-
-    monkeypatch.setattr(schemacache.metadata, "version", other_version)
+    _upgrade(monkeypatch, "kubernetes-validate")
     assert schemacache.schema_digest() != before
     monkeypatch.undo()
     code = tmp_path / "schema.py"
@@ -200,14 +208,10 @@ def test_other_manifest_code_or_libraries_miss(
     assert SchemaCache(tmp_path / FILE, "a" * 64, before).manifest_key(MANIFEST) != SchemaCache(
         tmp_path / FILE, "a" * 64, "c" * 64
     ).manifest_key(MANIFEST)
-    real = schemacache.metadata.version
     for library in schemacache.MANIFEST_LIBRARIES:
-        monkeypatch.setattr(
-            schemacache.metadata,
-            "version",
-            lambda name, library=library: "0.0.0" if name == library else real(name),
-        )
+        _upgrade(monkeypatch, library)
         assert schemacache.manifest_digest() != before, library
+        monkeypatch.undo()
     monkeypatch.undo()
     package = tmp_path / "package"
     for name in schemacache.MANIFEST_CODE:
@@ -236,10 +240,5 @@ def test_a_changed_byte_of_the_rules_or_another_parser_misses(
     assert not again.passed(again.rules_key(RULES.replace("false", "true")))
     assert not again.passed(again.rules_key(RULES + "\n"))
     assert again.rules_key(RULES) != again.manifest_key(RULES.encode())
-    real = schemacache.metadata.version
-    monkeypatch.setattr(
-        schemacache.metadata,
-        "version",
-        lambda name: "0.0.0" if name == "gordon-to-regorus" else real(name),
-    )
+    _upgrade(monkeypatch, "gordon-to-regorus")
     assert not _cache(tmp_path).passed(_cache(tmp_path).rules_key(RULES))

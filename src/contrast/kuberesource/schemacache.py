@@ -37,11 +37,11 @@ import hashlib
 import json
 import sys
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import contrast
+from contrast import distributions
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.files import write_atomically
 from contrast.kuberesource import schema as schema_module
@@ -70,19 +70,15 @@ LIMITS = JsonLimits(max_bytes=20 * 1024 * 1024, max_depth=2)
 _HEX = frozenset("0123456789abcdef")
 
 
-def _versions(names: tuple[str, ...]) -> list[str | None]:
-    versions: list[str | None] = []
-    for name in names:
-        try:
-            versions.append(metadata.version(name))
-        except metadata.PackageNotFoundError:
-            versions.append(None)
-    return versions
-
-
 def _digest(code: list[Path], libraries: tuple[str, ...]) -> str:
     files = [hashlib.sha256(path.read_bytes()).hexdigest() for path in code]
-    context = [FORMAT, contrast.__version__, sys.version, *files, *_versions(libraries)]
+    context = [
+        FORMAT,
+        contrast.__version__,
+        sys.version,
+        *files,
+        *distributions.versions(libraries),
+    ]
     return hashlib.sha256(json.dumps(context).encode()).hexdigest()
 
 

@@ -34,13 +34,13 @@ import hashlib
 import json
 import sys
 from collections.abc import Sequence
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import ruamel.yaml
 
 import contrast
+from contrast import distributions
 from contrast.files import write_atomically
 
 FORMAT = 1
@@ -48,13 +48,6 @@ FILE = "yaml-cache.json"
 # About 20 KB an entry for a generated workload: 10 000 of them is 200 MB. Larger is ignored.
 MAX_BYTES = 256 * 1024 * 1024
 _HEX = frozenset("0123456789abcdef")
-
-
-def _version(distribution: str) -> str | None:
-    try:
-        return metadata.version(distribution)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def code_digest() -> str:
@@ -67,7 +60,7 @@ def code_digest() -> str:
         FORMAT,
         contrast.__version__,
         sys.version,
-        _version("PyYAML"),  # by version, not imported: a re-run that parses nothing skips it
+        *distributions.versions(["PyYAML"]),  # not imported: a re-run may parse nothing
         ruamel.yaml.__version__,
         hashed.hexdigest(),
     ]
