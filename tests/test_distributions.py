@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from contrast import distributions
+from tests.fresh_python import printed_by
 
 NAMES = [
     "jsonschema",
@@ -55,7 +55,4 @@ def test_finding_installed_versions_loads_no_metadata_parser() -> None:
         " distributions.versions(['jsonschema', 'PyYAML', 'gordon-to-regorus']);"
         " print('importlib.metadata' in sys.modules, 'email' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.split() == ["False", "False"]
+    assert printed_by(code) == ["False", "False"]

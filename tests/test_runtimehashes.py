@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from contrast import platforms, runtimehashes
 from contrast.nodeinstaller import runtime
+from tests.fresh_python import printed_by
 
 
 def test_the_recorded_hashes_are_current(tmp_path: Path) -> None:
@@ -53,7 +52,4 @@ def test_generate_does_not_import_pydantic_for_runtime_class_names() -> None:
         " names = [p.runtime_class_name for p in platforms.PLATFORMS];"
         " print('pydantic' in sys.modules)"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == "False"
+    assert printed_by(code) == ["False"]

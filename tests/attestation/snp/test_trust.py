@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import contrast.attestation.snp.trust as trust_module
 from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.snp.report import Product
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore, ProductRoots
+from tests.fresh_python import printed_by
 
 ROOTS = Path(trust_module.__file__).parent / "roots"
 
@@ -74,7 +73,4 @@ def test_importing_the_roots_reads_no_certificate() -> None:
         "print(certificates._load_certificates.cache_info().currsize)\n"
         "print('importlib.resources' in sys.modules)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.split() == ["0", "False"]
+    assert printed_by(probe) == ["0", "False"]
