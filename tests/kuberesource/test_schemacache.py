@@ -181,36 +181,38 @@ MANIFEST = b'{\n  "ReferenceValues": {"snp": [{"Platform": "Milan"}]}\n}\n'
 
 def test_a_changed_byte_of_the_manifest_misses(tmp_path: Path) -> None:
     cache = _cache(tmp_path)
-    key = cache.manifest_key(MANIFEST)
+    key = cache.input_key("manifest", MANIFEST)
     cache.record(key)
     cache.save()
     again = _cache(tmp_path)
-    assert again.passed(again.manifest_key(MANIFEST))
+    assert again.passed(again.input_key("manifest", MANIFEST))
     for position in range(len(MANIFEST)):
         changed = bytearray(MANIFEST)
         changed[position] ^= 0x01
-        assert not again.passed(again.manifest_key(bytes(changed)))
-    assert not again.passed(again.manifest_key(MANIFEST + b" "))
+        assert not again.passed(again.input_key("manifest", bytes(changed)))
+    assert not again.passed(again.input_key("manifest", MANIFEST + b" "))
 
 
 def test_a_manifest_key_is_never_a_resource_key(tmp_path: Path) -> None:
     """The tag keeps the two checks apart: a manifest's pass does not pass a resource, or back."""
     cache = _cache(tmp_path, "a" * 64)
     resource_text = json.dumps(["v1", "Pod", POD], separators=(",", ":")).encode()
-    assert cache.manifest_key(resource_text) != cache.key(POD)
-    assert _cache(tmp_path, "b" * 64).manifest_key(MANIFEST) == cache.manifest_key(MANIFEST)
+    assert cache.input_key("manifest", resource_text) != cache.key(POD)
+    assert _cache(tmp_path, "b" * 64).input_key("manifest", MANIFEST) == cache.input_key(
+        "manifest", MANIFEST
+    )
 
 
 def test_other_manifest_code_or_libraries_miss(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    before = schemacache.manifest_digest()
-    assert SchemaCache(tmp_path / FILE, "a" * 64, before).manifest_key(MANIFEST) != SchemaCache(
-        tmp_path / FILE, "a" * 64, "c" * 64
-    ).manifest_key(MANIFEST)
+    before = schemacache.input_digest("manifest")
+    known = SchemaCache(tmp_path / FILE, "a" * 64, {"manifest": before})
+    other = SchemaCache(tmp_path / FILE, "a" * 64, {"manifest": "c" * 64})
+    assert known.input_key("manifest", MANIFEST) != other.input_key("manifest", MANIFEST)
     for library in schemacache.MANIFEST_LIBRARIES:
         _upgrade(monkeypatch, library)
-        assert schemacache.manifest_digest() != before, library
+        assert schemacache.input_digest("manifest") != before, library
         monkeypatch.undo()
     monkeypatch.undo()
     package = tmp_path / "package"
@@ -218,12 +220,16 @@ def test_other_manifest_code_or_libraries_miss(
         (package / name).parent.mkdir(parents=True, exist_ok=True)
         (package / name).write_bytes((Path(contrast.__file__).parent / name).read_bytes())
     monkeypatch.setattr(contrast, "__file__", str(package / "__init__.py"))
-    assert schemacache.manifest_digest() == before  # the same bytes elsewhere: the same key
+    assert schemacache.input_digest("manifest") == before  # the same bytes elsewhere: the same key
     for name in schemacache.MANIFEST_CODE:
         original = (package / name).read_bytes()
         (package / name).write_bytes(original + b"\n")
-        assert schemacache.manifest_digest() != before, name
+        assert schemacache.input_digest("manifest") != before, name
         (package / name).write_bytes(original)
+
+
+def _rules_key(cache: SchemaCache, text: str) -> str:
+    return cache.input_key("rules", text.encode())
 
 
 RULES = "package agent_policy\n\ndefault CreateContainerRequest := false\n"
@@ -233,12 +239,12 @@ def test_a_changed_byte_of_the_rules_or_another_parser_misses(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = _cache(tmp_path)
-    cache.record(cache.rules_key(RULES))
+    cache.record(_rules_key(cache, RULES))
     cache.save()
     again = _cache(tmp_path)
-    assert again.passed(again.rules_key(RULES))
-    assert not again.passed(again.rules_key(RULES.replace("false", "true")))
-    assert not again.passed(again.rules_key(RULES + "\n"))
-    assert again.rules_key(RULES) != again.manifest_key(RULES.encode())
+    assert again.passed(_rules_key(again, RULES))
+    assert not again.passed(_rules_key(again, RULES.replace("false", "true")))
+    assert not again.passed(_rules_key(again, RULES + "\n"))
+    assert _rules_key(again, RULES) != again.input_key("manifest", RULES.encode())
     _upgrade(monkeypatch, "gordon-to-regorus")
-    assert not _cache(tmp_path).passed(_cache(tmp_path).rules_key(RULES))
+    assert not _cache(tmp_path).passed(_rules_key(_cache(tmp_path), RULES))

@@ -11,6 +11,7 @@ they were; every file is replaced atomically. A second run over its own output c
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -119,8 +120,8 @@ def _rules(path: Path, cache: SchemaCache | None) -> _WorkspaceText:
     Rules that passed before, byte for byte, are not parsed again (`cache`).
     """
     rules = _WorkspaceText.read(path, default_rules(), "policy rules")
-    key = None if cache is None else cache.rules_key(rules.text)
-    if cache is None or not cache.passed(key):
+
+    def check() -> None:
         try:
             check_rules(rules.text, str(path))
         except PolicyLoadError as error:
@@ -129,9 +130,20 @@ def _rules(path: Path, cache: SchemaCache | None) -> _WorkspaceText:
                 hint=error.hint
                 or "fix the Rego there, or remove the file to get the default rules",
             ) from None
+
+    _check_once(cache, "rules", rules.text.encode("utf-8", "surrogatepass"), check)
+    return rules
+
+
+def _check_once(
+    cache: SchemaCache | None, check: str, data: bytes, run: Callable[[], None]
+) -> None:
+    """`run()` the check of an input, unless `cache` holds that the same bytes passed it."""
+    key = None if cache is None else cache.input_key(check, data)
+    if cache is None or not cache.passed(key):
+        run()
     if cache is not None:
         cache.record(key)
-    return rules
 
 
 def _settings(path: Path) -> tuple[_WorkspaceText | None, Settings]:
@@ -161,14 +173,14 @@ def _previous_manifest(path: Path, cache: SchemaCache | None) -> dict[str, Any] 
         raise GenerateError(error.message, hint=problem) from None
     if not isinstance(document, dict):
         raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
-    key = None if cache is None else cache.manifest_key(data)
-    if cache is None or not cache.passed(key):
+
+    def check() -> None:
         try:
             _check_manifest(document)
         except ManifestError as error:
             raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
-    if cache is not None:
-        cache.record(key)
+
+    _check_once(cache, "manifest", data, check)
     return document
 
 
@@ -188,16 +200,12 @@ def _record_manifest(data: bytes, cache: SchemaCache | None) -> None:
     """
     if cache is None:
         return
-    key = cache.manifest_key(data)
-    if cache.passed(key):
-        cache.record(key)  # kept when the file is written again: the next run reads it
-        return
-    try:
-        document = load(data, MANIFEST_LIMITS, what="the manifest")
-        _check_manifest(document)
-    except (JsonInputError, ManifestError):
-        return
-    cache.record(key)
+
+    def check() -> None:
+        _check_manifest(load(data, MANIFEST_LIMITS, what="the manifest"))
+
+    with contextlib.suppress(JsonInputError, ManifestError):
+        _check_once(cache, "manifest", data, check)
 
 
 def _kind(document: Mapping[str, Any]) -> str:

@@ -65,6 +65,11 @@ MANIFEST_LIBRARIES = ("pydantic", "pydantic-core", "cryptography", "shamir-mnemo
 # And for the rules check (`policy.engine.check_rules`): regorus parses the rules.
 RULES_CODE = ("policy/engine.py", "errors.py")
 RULES_LIBRARIES = ("gordon-to-regorus",)
+# The checks of generate's other inputs, by the tag that keeps their keys apart.
+INPUT_CHECKS = {
+    "manifest": (MANIFEST_CODE, MANIFEST_LIBRARIES),
+    "rules": (RULES_CODE, RULES_LIBRARIES),
+}
 # 65 bytes a resource: a file of this size lists about 300 000 of them.
 LIMITS = JsonLimits(max_bytes=20 * 1024 * 1024, max_depth=2)
 _HEX = frozenset("0123456789abcdef")
@@ -87,25 +92,28 @@ def schema_digest() -> str:
     return _digest([Path(schema_module.__file__)], LIBRARIES)
 
 
-def manifest_digest() -> str:
-    """sha256 of what the manifest check depends on besides the manifest (module docstring).
+def input_digest(check: str) -> str:
+    """sha256 of what `check` ("manifest", "rules") depends on besides its input.
 
-    Found by path, not imported: not importing the model is the point.
+    Found by path, not imported: not importing the model or the parser is the point.
     """
+    code, libraries = INPUT_CHECKS[check]
     package = Path(contrast.__file__).parent
-    return _digest([package / name for name in MANIFEST_CODE], MANIFEST_LIBRARIES)
+    return _digest([package / name for name in code], libraries)
 
 
 class SchemaCache:
     """The digests read from `path` and those of this run's resources; `save()` keeps the latter."""
 
     def __init__(
-        self, path: Path, digest: str | None = None, manifest_check: str | None = None
+        self,
+        path: Path,
+        digest: str | None = None,
+        input_digests: Mapping[str, str] | None = None,
     ) -> None:
         self.path = path
         self._schemas = (digest or schema_digest()).encode()
-        self._manifest_check = manifest_check
-        self._rules_check: str | None = None
+        self._inputs = dict(input_digests or {})  # `input_digest`s, made on first use
         self._read = self._load(path)
         self._passed: set[str] = set()
 
@@ -132,20 +140,12 @@ class SchemaCache:
         text = f"{head[:-1]},{fingerprint(resource)}]".encode("utf-8", "surrogatepass")
         return hashlib.sha256(self._schemas + b"\0" + text).hexdigest()
 
-    def manifest_key(self, data: bytes) -> str:
-        """The digest of a manifest file's bytes as the manifest check reads them."""
-        if self._manifest_check is None:
-            self._manifest_check = manifest_digest()
-        context = f"manifest\0{self._manifest_check}\0".encode()
+    def input_key(self, check: str, data: bytes) -> str:
+        """The digest of an input of `check` ("manifest", "rules") as that check reads it."""
+        if check not in self._inputs:
+            self._inputs[check] = input_digest(check)
+        context = f"{check}\0{self._inputs[check]}\0".encode()
         return hashlib.sha256(context + data).hexdigest()
-
-    def rules_key(self, text: str) -> str:
-        """The digest of policy rules as the rules check reads them."""
-        if self._rules_check is None:
-            package = Path(contrast.__file__).parent
-            self._rules_check = _digest([package / name for name in RULES_CODE], RULES_LIBRARIES)
-        context = f"rules\0{self._rules_check}\0".encode()
-        return hashlib.sha256(context + text.encode("utf-8", "surrogatepass")).hexdigest()
 
     def passed(self, key: str | None) -> bool:
         """Whether the input of `key` passed its check in the previous run (or this one)."""
