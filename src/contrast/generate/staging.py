@@ -85,10 +85,7 @@ class StagedWrites:
         if staged is None:
             return file.write(memo=memo)
         text, fingerprints, future = staged
-        try:
-            future.result().commit()
-        except OSError as error:
-            raise yamlio.YamlError(f"cannot write {file.path}: {error.strerror}") from error
+        yamlio.put_in_place(future.result(), sync=False)  # each directory once, in `write`
         if memo is not None:
             file.remember_written(memo, text, fingerprints)
         return True

@@ -268,12 +268,17 @@ def _carry_over(target: Any, source: Any) -> Any:
 
 
 def _write_file(path: Path, text: str) -> None:
-    staged = stage_file(path, text)
+    put_in_place(stage_file(path, text))
+
+
+def put_in_place(staged: StagedFile, *, sync: bool = True) -> None:
+    """A staged text renamed over its file (and, with `sync`, the rename made durable)."""
     try:
         staged.commit()
-        sync_directory(path.parent)
+        if sync:
+            sync_directory(staged.path.parent)
     except OSError as error:
-        raise YamlError(f"cannot write {path}: {error.strerror}") from error
+        raise YamlError(f"cannot write {staged.path}: {error.strerror}") from error
 
 
 def stage_file(path: Path, text: str) -> StagedFile:
