@@ -68,6 +68,33 @@ def test_containers_that_are_not_a_list_are_an_error() -> None:
         workload.containers()
 
 
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"kind": "Deployment", "spec": []}, "Deployment.spec is not a mapping"),
+        (
+            {"kind": "CronJob", "spec": {"jobTemplate": {"spec": "x"}}},
+            "CronJob.spec.jobTemplate.spec is not a mapping",
+        ),
+        (
+            {"kind": "Job", "spec": {"template": 3}},
+            "Job.spec.template is not a mapping",
+        ),
+    ],
+)
+def test_a_pod_template_path_through_a_non_mapping_is_named(
+    document: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ResourceError, match=f"^{message}$"):
+        _ = Workload(document).pod_template
+
+
+def test_a_missing_pod_template_is_added_empty() -> None:
+    document: dict[str, object] = {"kind": "CronJob"}
+    assert Workload(document).pod_template == {}
+    assert document == {"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {}}}}}
+
+
 ROLE = "contrast.edgeless.systems/pod-role"
 SECRET_ID = "contrast.edgeless.systems/workload-secret-id"
 TEMPLATE_ANNOTATIONS = {

@@ -300,3 +300,15 @@ def _split_by_regex(text: str, count: int) -> list[str] | None:
 @given(text=_MARKER_LINES, count=st.integers(0, 4))
 def test_streams_split_at_markers_as_with_the_regexes_alone(text: str, count: int) -> None:
     assert yamlio._split_at_markers(text, count) == _split_by_regex(text, count)
+
+
+def test_plain_ascii_is_printable_ascii_and_newlines() -> None:
+    """What a written text must be made of to be remembered (ruamel folds a NEL into a space)."""
+    from contrast.kuberesource.yamlio import _is_plain_ascii
+
+    for code in range(0x300):
+        character = chr(code)
+        plain = character == "\n" or 0x20 <= code <= 0x7E
+        assert _is_plain_ascii(f"a: b{character}c\n") is plain, hex(code)
+    assert _is_plain_ascii("")
+    assert not _is_plain_ascii("a: '\x85'\n")

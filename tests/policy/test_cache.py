@@ -184,3 +184,40 @@ def test_a_cache_that_cannot_be_used_is_empty(tmp_path: Path, text: str) -> None
     given = inputs()
     cache = PolicyCache(path, given.rules, Settings(given.settings), given.config)
     assert cache.lookup("a" * 64, "QQ==") is None
+
+
+def _ruamel_form(value: Any) -> Any:
+    """`value` as ruamel's round-trip nodes: the key copies such a resource whole."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    if isinstance(value, dict):
+        return CommentedMap((key, _ruamel_form(item)) for key, item in value.items())
+    if isinstance(value, list):
+        return CommentedSeq(_ruamel_form(item) for item in value)
+    return value
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob"])
+@pytest.mark.parametrize(
+    "annotations",
+    [None, {}, {ANNOTATION: "QQ=="}, {ANNOTATION: "QQ==", "team": "blue"}],
+    ids=["none", "empty", "only-initdata", "initdata-and-another"],
+)
+def test_a_plain_resource_is_keyed_as_a_whole_copy_and_left_as_it_was(
+    tmp_path: Path, kind: str, annotations: dict[str, str] | None
+) -> None:
+    """A plain resource's key copies only the mappings it edits: the same key as a resource of
+    ruamel's nodes (copied whole), and nothing in the resource changes."""
+    given = inputs()
+    given.workload = pod(container("app"), kind=kind)
+    metadata = given.workload.pod_template["metadata"]
+    if annotations is None:
+        metadata.pop("annotations", None)
+    else:
+        metadata["annotations"] = dict(annotations)
+    before = copy.deepcopy(given.workload.resource)
+    plain = given.key(tmp_path / "cache.json")
+    assert given.workload.resource == before
+    assert json.dumps(given.workload.resource) == json.dumps(before)  # the key order too
+    given.workload = Workload(_ruamel_form(given.workload.resource))
+    assert given.key(tmp_path / "cache.json") == plain

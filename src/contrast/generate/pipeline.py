@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ruamel.yaml.scalarbool import ScalarBoolean
 
@@ -331,17 +331,40 @@ class _Edit:
             workload.pod_annotations[ANNOTATION] = self.annotation
 
 
-def _repeat_on_round_trips(file: yamlio.ResourceFile, edits: Mapping[int, _Edit]) -> None:
-    """Make each changed plain document's edits on its round-trip form, which is what is written."""
+def _repeat_on_round_trips(
+    file: yamlio.ResourceFile, edits: Mapping[int, _Edit], changed: Sequence[int]
+) -> None:
+    """Make each changed plain document's edits on its round-trip form, which is what is written.
+
+    `changed`: the indices of the changed documents (`file.changed_documents()`).
+    """
     if not file.plain:
         return
-    for index in file.changed_documents():
+    for index in changed:
         plain = workloads([file.documents[index]], file.name)
         round_trip = workloads([file.round_trip(index)], file.name)
         for workload, twin in zip(plain, round_trip, strict=True):
             edit = edits.get(id(workload.resource))
             if edit is not None:
                 edit.repeat(twin)
+
+
+class _Derived(NamedTuple):
+    """What `_policies_and_texts` found for the placed workloads, in the order they were placed."""
+
+    policies: list[tuple[str, str]]  # (initdata annotation, policy hash)
+    warnings: list[list[checks.CheckWarning]]  # `checks.check`'s
+    written: list[yamlio.ResourceFile]  # the files that changed, their texts serialised
+
+
+class _FileAnswer(NamedTuple):
+    """A worker's answer for one file (see `_policies_and_texts`)."""
+
+    derived: list[tuple[str, str]]  # of the file's workloads that lacked a policy, in order
+    keys: list[str]  # their policy-cache keys, if the parent left them to the worker
+    warnings: list[list[checks.CheckWarning]]  # of the file's placed workloads, in order
+    content: str  # `ResourceFile.dumped()`: "" if the file did not change
+    text: str
 
 
 def _policies_and_texts(
@@ -354,27 +377,32 @@ def _policies_and_texts(
     config_resources: Sequence[Mapping[str, Any]],
     cache: PolicyCache | None,
     on_text: Callable[[yamlio.ResourceFile], None] | None = None,
-) -> tuple[list[tuple[str, str]], list[yamlio.ResourceFile]]:
-    """Each placed workload's (initdata annotation, policy hash), annotated on it, and the files
-    that changed, their texts serialised.
+) -> _Derived:
+    """Each placed workload's (initdata annotation, policy hash), annotated on it, the checks'
+    warnings about it, and the files that changed, their texts serialised.
 
     A policy comes from the cache where the pod already carries the annotation derived from the
     same inputs; the others are derived. Deriving policies and writing changed documents back
     (ruamel's round trip) are most of a run, so both happen in one pass on all cores, a file
-    per item: the worker derives the policies its file lacks, annotates them, repeats the edits
-    on the round-trip forms of the changed documents and writes the text, which the file here
-    then adopts for `write()` (one pool instead of two: starting one costs ~25 ms), and hands to
-    `on_text` as soon as it arrives (`staging`: written beside the file while the rest runs).
+    per item: the worker derives the policies its file lacks, annotates them, checks the file's
+    workloads, repeats the edits on the round-trip forms of the changed documents and writes
+    the text, which the file here then adopts for `write()` (one pool instead of two: starting
+    one costs ~25 ms), and hands to `on_text` as soon as it arrives (`staging`: written beside
+    the file while the rest runs). A pod without an annotation cannot hit the cache, so the
+    worker that derives its policy also makes its cache key; the checks of a file no worker
+    takes are made here.
     """
-    keys: list[str] = []
+    keys: dict[int, str] = {}
     policies: dict[int, tuple[str, str]] = {}
     for workload, _ in placed:
-        if cache is None:
-            break
-        keys.append(cache.key(workload, images, generator.required_images(workload)))
         annotation = workload.pod_annotation(ANNOTATION)
-        policy_hash = cache.lookup(keys[-1], annotation)
-        if policy_hash is not None and annotation is not None:
+        if cache is None or annotation is None:
+            continue
+        key = keys[id(workload.resource)] = cache.key(
+            workload, images, generator.required_images(workload)
+        )
+        policy_hash = cache.lookup(key, annotation)
+        if policy_hash is not None:
             policies[id(workload.resource)] = (annotation, policy_hash)
             edits[id(workload.resource)].annotate(workload, annotation)
     missing: dict[int, list[Workload]] = {}
@@ -386,26 +414,48 @@ def _policies_and_texts(
     if missing:
         generator.encoder  # noqa: B018 - made once here rather than in every worker
 
-    def derive_and_write(file: yamlio.ResourceFile) -> tuple[list[tuple[str, str]], str, str]:
-        derived = []
+    def derive_and_write(file: yamlio.ResourceFile) -> _FileAnswer:
+        derived, made = [], []
         for workload in missing.get(id(file), []):
+            if cache is not None and id(workload.resource) not in keys:
+                used = generator.required_images(workload)
+                made.append(cache.key(workload, images, used))
             policy = generator.generate(workload, images, config_resources)
             edits[id(workload.resource)].annotate(workload, policy.annotation)
             derived.append((policy.annotation, policy.policy_hash))
-        if not file.changed:
-            return derived, "", ""
-        _repeat_on_round_trips(file, edits)
-        return (derived, *file.dumped())
+        warnings = [
+            checks.check(workload, edits[id(workload.resource)].platform, images)
+            for workload in file.workloads()
+            if id(workload.resource) in edits
+        ]
+        # The plain documents do not change from here on (the round trips do): their
+        # fingerprints, made once, tell what changed and what is written.
+        fingerprints = file.fingerprints()
+        changed = file.changed_documents(fingerprints)
+        if not changed:
+            return _FileAnswer(derived, made, warnings, "", "")
+        _repeat_on_round_trips(file, edits, changed)
+        content, text, _ = file.dumped_with_fingerprints(fingerprints)
+        return _FileAnswer(derived, made, warnings, content, text)
 
     changed = []
+    checked: dict[int, list[checks.CheckWarning]] = {}
 
-    def take(index: int, answer: tuple[list[tuple[str, str]], str, str]) -> None:
-        file, (derived, content, text) = items[index], answer
-        for workload, policy in zip(missing.get(id(file), []), derived, strict=True):
+    def take(index: int, answer: _FileAnswer) -> None:
+        file = items[index]
+        lacking = missing.get(id(file), [])
+        for workload, policy in zip(lacking, answer.derived, strict=True):
             policies[id(workload.resource)] = policy
             edits[id(workload.resource)].annotate(workload, policy[0])
-        if content:
-            file.adopt(content, text)
+        made = iter(answer.keys)
+        for workload in lacking:
+            if cache is not None and id(workload.resource) not in keys:
+                keys[id(workload.resource)] = next(made)
+        confidential = [w for w in file.workloads() if id(w.resource) in edits]
+        for workload, warnings in zip(confidential, answer.warnings, strict=True):
+            checked[id(workload.resource)] = warnings
+        if answer.content:
+            file.adopt(answer.content, answer.text)
             changed.append(file)
             if on_text is not None:
                 on_text(file)
@@ -413,9 +463,13 @@ def _policies_and_texts(
     parallel.map_in_processes(derive_and_write, items, on_result=take)
     ordered = [policies[id(workload.resource)] for workload, _ in placed]
     if cache is not None:
-        for key, (annotation, policy_hash) in zip(keys, ordered, strict=True):
-            cache.store(key, annotation, policy_hash)
-    return ordered, changed
+        for (workload, _), (annotation, policy_hash) in zip(placed, ordered, strict=True):
+            cache.store(keys[id(workload.resource)], annotation, policy_hash)
+    warnings = []
+    for workload, platform in placed:
+        found = checked.get(id(workload.resource))
+        warnings.append(checks.check(workload, platform, images) if found is None else found)
+    return _Derived(ordered, warnings, changed)
 
 
 def _check_schemas(
@@ -547,7 +601,7 @@ def generate(
     # Changed files are written beside themselves as their texts arrive (staging.py); a run
     # that fails before they are put in place removes them.
     with StagedWrites() as staged:
-        policies, written = _policies_and_texts(
+        derived = _policies_and_texts(
             files,
             placed,
             edits=edits,
@@ -557,10 +611,12 @@ def generate(
             cache=cache,
             on_text=staged.stage,
         )
-        for (workload, platform), (_, policy_hash) in zip(placed, policies, strict=True):
+        for (workload, _), (_, policy_hash), warnings in zip(
+            placed, derived.policies, derived.warnings, strict=True
+        ):
             identities.append(_identity(workload, policy_hash))
             result.policies[workload.describe()] = policy_hash
-            result.warnings.extend(checks.check(workload, platform, images))
+            result.warnings.extend(warnings)
         if not any(identity.role == "coordinator" for identity in identities):
             raise GenerateError(
                 "no Coordinator among the confidential resources",
@@ -587,7 +643,7 @@ def generate(
             identities, values, keys, seedshare_threshold=options.seedshare_threshold
         )
 
-        changed = {id(file) for file in written}
+        changed = {id(file) for file in derived.written}
         for text in (rules, new_settings):
             if text is not None and text.new:
                 write_atomically(text.path, text.text.encode())

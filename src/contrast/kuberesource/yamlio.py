@@ -52,7 +52,8 @@ SUFFIXES = (".yml", ".yaml")
 LINE_WIDTH = 1 << 20
 _DOCUMENT_START = re.compile(r"^---(?:[ \t]|$)", re.MULTILINE)
 _DOCUMENT_END = re.compile(r"^\.\.\.(?:[ \t]|$)", re.MULTILINE)
-_NOT_PLAIN_ASCII = re.compile(r"[^\x20-\x7e\n]")
+# What plain ASCII text is made of: printable characters and the newline.
+_PLAIN_ASCII = bytes(range(0x20, 0x7F)) + b"\n"
 
 
 class YamlError(ResourceError):
@@ -112,11 +113,16 @@ class ResourceFile:
         """The workloads of all documents (inside `List`s too), named after this file."""
         return list(workloads(self.documents, self.name))
 
-    def changed_documents(self) -> list[int]:
-        """Indices of the documents whose content differs from what was read."""
-        return self._changed(self._fingerprints())
+    def changed_documents(self, fingerprints: Sequence[str] | None = None) -> list[int]:
+        """Indices of the documents whose content differs from what was read.
 
-    def _fingerprints(self) -> list[str]:
+        `fingerprints`: this file's `fingerprints()`, if the caller made them after it last
+        changed a document (each is a JSON text of the document, 0.15 ms for a generated one).
+        """
+        return self._changed(self.fingerprints() if fingerprints is None else fingerprints)
+
+    def fingerprints(self) -> list[str]:
+        """Each document's `fingerprint`."""
         return [fingerprint(document) for document in self.documents]
 
     def _changed(self, fingerprints: Sequence[str]) -> list[int]:
@@ -180,9 +186,14 @@ class ResourceFile:
         content, text, _ = self.dumped_with_fingerprints()
         return content, text
 
-    def dumped_with_fingerprints(self) -> tuple[str, str, list[str]]:
-        """`dumped()` and the fingerprints of the documents written (for `remember_written`)."""
-        fingerprints = self._fingerprints()
+    def dumped_with_fingerprints(
+        self, fingerprints: Sequence[str] | None = None
+    ) -> tuple[str, str, list[str]]:
+        """`dumped()` and the fingerprints of the documents written (for `remember_written`).
+
+        `fingerprints` as for `changed_documents`.
+        """
+        fingerprints = self.fingerprints() if fingerprints is None else list(fingerprints)
         changed = set(self._changed(fingerprints))
         if not changed:
             return "", self.text, fingerprints
@@ -235,7 +246,7 @@ class ResourceFile:
 
     def remember_written(self, memo: YamlMemo, text: str, fingerprints: Sequence[str]) -> None:
         """Remember `text`, just written, as the documents of `fingerprints` (see `write`)."""
-        if self.plain and not _NOT_PLAIN_ASCII.search(text):
+        if self.plain and _is_plain_ascii(text):
             memo.remember(text, fingerprints)
 
 
@@ -449,6 +460,15 @@ def _error(name: str, error: YAMLError) -> YamlError:
         )
     # ruamel's messages span lines ("  in <unicode string>, position 3"): one line for the CLI.
     return YamlError(f"{name}: {' '.join(str(error).split())}", hint="fix the YAML syntax")
+
+
+def _is_plain_ascii(text: str) -> bool:
+    """Whether `text` has only printable ASCII characters and newlines.
+
+    `bytes.translate` deleting those leaves nothing: ten times faster than a regular
+    expression's search, which took 0.15 ms for a generated file.
+    """
+    return text.isascii() and not text.encode("ascii").translate(None, _PLAIN_ASCII)
 
 
 def fingerprint(document: Any, *, native: bool = False) -> str:

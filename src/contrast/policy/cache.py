@@ -37,7 +37,7 @@ from contrast.files import write_atomically
 from contrast.images import model as model_module
 from contrast.images.model import ImageFacts
 from contrast.kuberesource import workloads as workloads_module
-from contrast.kuberesource.workloads import Workload, workloads
+from contrast.kuberesource.workloads import POD_TEMPLATE_PATHS, Workload, workloads
 from contrast.kuberesource.yamlio import to_plain
 from contrast.policy.initdata import ANNOTATION
 from contrast.policy.settings import Settings
@@ -114,9 +114,8 @@ class PolicyCache:
 
     def key(self, workload: Workload, images: Mapping[str, ImageFacts], used: set[str]) -> str:
         """The key of `workload`'s policy from the images `used` (every image it runs)."""
-        resource = to_plain(workload.resource)
-        (twin,) = workloads([resource], workload.source)
-        annotation = _without_initdata(twin.pod_template)
+        resource, template = _copied_to_annotations(workload)
+        annotation = _without_initdata(template)
         text = _canonical(resource)
         if ANNOTATION.encode() in text:  # named elsewhere: it may be read, so it is keyed
             text += b"\0" + _canonical(annotation)
@@ -161,6 +160,32 @@ class PolicyCache:
 
 def _is_hash(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
+
+
+def _copied_to_annotations(workload: Workload) -> tuple[Any, Any]:
+    """The resource as its key reads it, and its pod template, where that key may change them.
+
+    `_without_initdata` edits the template, so the key reads a copy. For a plain resource (read
+    by `yamlfast`: dicts, lists, str, int, float, bool, None) only the dicts on the way to the
+    template's annotations are copied, the rest is shared and only read: copying the whole
+    resource with `to_plain` took a fifth of a millisecond a workload, and the JSON is the same.
+    Any other resource (read by ruamel) is copied whole, as plain values.
+    """
+    path = POD_TEMPLATE_PATHS.get(workload.kind)
+    if type(workload.resource) is dict and path is not None:
+        copy = node = dict(workload.resource)
+        nodes = [copy]
+        for key in (*path, "metadata", "annotations"):
+            child = node.get(key)
+            if type(child) is not dict:
+                break
+            node[key] = node = dict(child)
+            nodes.append(node)
+        if len(nodes) > len(path):  # the template was reached
+            return copy, nodes[len(path)]
+    resource = to_plain(workload.resource)
+    (twin,) = workloads([resource], workload.source)
+    return resource, twin.pod_template
 
 
 def _without_initdata(template: dict[str, Any] | Any) -> Any:
