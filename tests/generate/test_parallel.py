@@ -148,6 +148,7 @@ def test_generate_on_all_cores_writes_what_one_process_writes(
         target.add_coordinator("emulated-snp")
         (target.root / "manifest.json").unlink()
     twin_arguments = ("--reference-values", "emulated-snp", str(twin.resources))
+    capsys.readouterr()
 
     for step in ("first run", "rules changed"):
         if step == "rules changed":  # every annotation changes: the round trips read them
@@ -156,10 +157,20 @@ def test_generate_on_all_cores_writes_what_one_process_writes(
                 rules.write_text(rules.read_text() + "\n# changed\n")
         monkeypatch.setenv(parallel.ENVIRONMENT, "2")
         assert workspace.generate(*arguments) == 0
+        warned = _warnings(capsys.readouterr().err)
         monkeypatch.setenv(parallel.ENVIRONMENT, "1")
         assert twin.generate(*twin_arguments) == 0
         assert _files(workspace.root) == _files(twin.root), step
-    capsys.readouterr()
+        # The checks ran in the workers: the same warnings, in the same order.
+        twin_warned = _warnings(
+            capsys.readouterr().err.replace(str(twin.root), str(workspace.root))
+        )
+        assert warned == twin_warned, step
+        assert len(warned) >= WORKLOADS  # an unpinned image each
+
+
+def _warnings(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.startswith("warning:")]
 
 
 def test_a_schema_error_among_many_is_the_one_a_single_process_reports(
