@@ -77,6 +77,20 @@ def test_the_same_content_read_by_ruamel_has_the_same_key(tmp_path: Path) -> Non
     assert cache.key(read) == cache.key(POD)
 
 
+def test_a_resource_as_read_is_keyed_by_its_fingerprint_then(tmp_path: Path) -> None:
+    """generate passes the fingerprint made when a file was read: the same key as made now."""
+    from contrast.kuberesource.yamlio import fingerprint, load_text
+
+    cache = _cache(tmp_path)
+    for plain in (True, False):
+        file = load_text(json.dumps(POD) + "\n", plain=plain)
+        (resource,) = file.documents
+        as_read = file.fingerprints_as_read()
+        assert as_read == {id(resource): fingerprint(resource)}
+        assert cache.key(resource, as_read[id(resource)]) == cache.key(resource)
+    assert cache.key(POD, "{}") != cache.key(POD)  # the content given is the content keyed
+
+
 @given(data=st.data())
 def test_one_changed_byte_anywhere_in_the_resource_misses(data: st.DataObject) -> None:
     cache = SchemaCache(Path("/nonexistent") / FILE, "a" * 64)

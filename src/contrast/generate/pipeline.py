@@ -473,14 +473,21 @@ def _policies_and_texts(
 
 
 def _check_schemas(
-    resources: Sequence[tuple[Mapping[str, Any], str]], cache: SchemaCache | None
+    resources: Sequence[tuple[Mapping[str, Any], str]],
+    cache: SchemaCache | None,
+    as_read: Mapping[int, str] | None = None,
 ) -> None:
     """`schema.check_all(resources)` on all cores (jsonschema is pure Python), errors in order.
 
     A resource that passed in the previous run, byte for byte under the same schemas, is not
-    checked again (`cache`); the others are, and those that pass are recorded.
+    checked again (`cache`); the others are, and those that pass are recorded. `as_read`:
+    `id(resource)` → its fingerprint, for resources unchanged since they were read.
     """
-    keys = [None if cache is None else cache.key(resource) for resource, _ in resources]
+    known = as_read or {}
+    keys = [
+        None if cache is None else cache.key(resource, known.get(id(resource)))
+        for resource, _ in resources
+    ]
     unknown = [
         item
         for item, key in zip(resources, keys, strict=True)
@@ -498,18 +505,24 @@ def _check_schemas(
             cache.record(key)
 
 
-def _record_schemas(confidential: Sequence[Workload], cache: SchemaCache | None) -> None:
+def _record_schemas(
+    confidential: Sequence[Workload],
+    cache: SchemaCache | None,
+    as_written: Mapping[int, str] | None = None,
+) -> None:
     """Check the confidential resources as generate changed them, only to record those that pass.
 
     The next run reads them as its input: recorded now, an unchanged re-run checks nothing. What
     generate added was not checked so far, and a changed form that does not pass is not recorded
     (the next run, which checks it as its input, reports it); this run is not refused for it.
+    `as_written`: `id(resource)` → the fingerprint of the form written, where the write made it.
     """
     if cache is None:
         return
+    known = as_written or {}
     unknown = []
     for workload in confidential:
-        key = cache.key(workload.resource)
+        key = cache.key(workload.resource, known.get(id(workload.resource)))
         if cache.passed(key):
             cache.record(key)  # kept when the file is written again: the next run reads it
         elif key is not None:
@@ -555,9 +568,11 @@ def generate(
         for document in file.documents
         if isinstance(document, Mapping) and _kind(document) in CONFIG_KINDS
     ]
+    as_read = {key: value for file in files for key, value in file.fingerprints_as_read().items()}
     _check_schemas(
         [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents,
         schema_cache,
+        as_read,
     )
     choices = runtimeclass.resolve_all(
         [w for file in files for w in file.workloads()], options.platform
@@ -623,7 +638,6 @@ def generate(
                 hint="add the output of `contrast coordinator-resources --platform P` to the"
                 " resources",
             )
-        _record_schemas(confidential, schema_cache)
 
         platforms = runtimeclass.used_platforms(choices)
         result.platforms = tuple(p.display_name for p in platforms)
@@ -658,6 +672,14 @@ def generate(
             wrote = dict(zip(map(id, to_write), staged.write(to_write, memo), strict=True))
             for file in files:
                 (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
+        # Recorded once the files are written, with the fingerprints the write made of what it
+        # wrote. An unchanged file's resources are what was read: their keys were recorded then.
+        rewritten = {id(w.resource) for file in derived.written for w in file.workloads()}
+        _record_schemas(
+            [w for w in confidential if id(w.resource) in rewritten],
+            schema_cache,
+            staged.written_fingerprints(),
+        )
         manifest_bytes = manifest_document.to_bytes(document)
         manifest_unchanged = (
             options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes

@@ -31,6 +31,8 @@ class StagedWrites:
         self._pool = ThreadPoolExecutor(max_workers=WRITERS)
         # id(file) → (content digest, text, fingerprints, the staging)
         self._staged: dict[int, tuple[str, str, list[str], Future[StagedFile]]] = {}
+        # id(document) → its fingerprint, of the documents of staged texts put in place
+        self._written: dict[int, str] = {}
 
     def __enter__(self) -> StagedWrites:
         return self
@@ -71,7 +73,9 @@ class StagedWrites:
         if staged is None:
             return None
         content, text, fingerprints, future = staged
-        if file.dumped_with_fingerprints()[0] == content:
+        now, _, fingerprints_now = file.dumped_with_fingerprints()
+        if now == content:
+            self._written.update(zip(map(id, file.documents), fingerprints_now, strict=True))
             return text, fingerprints, future
         future.add_done_callback(_discard)  # changed after it was staged: written as it is now
         return None
@@ -89,6 +93,11 @@ class StagedWrites:
         if memo is not None:
             file.remember_written(memo, text, fingerprints)
         return True
+
+    def written_fingerprints(self) -> dict[int, str]:
+        """`id(document)` → `fingerprint`, of each document of the staged texts `write` put in
+        place, made as it decided that they still were the files' texts (after the last change)."""
+        return dict(self._written)
 
     def discard(self) -> None:
         """Remove every text still staged (all of them in a failed run); ends the staging."""

@@ -130,14 +130,18 @@ class SchemaCache:
             return frozenset()
         return frozenset(key for key in passed if _is_hash(key))
 
-    def key(self, resource: Mapping[str, Any]) -> str | None:
-        """The digest of `resource` as the check reads it; None if it has none (see above)."""
+    def key(self, resource: Mapping[str, Any], content: str | None = None) -> str | None:
+        """The digest of `resource` as the check reads it; None if it has none (see above).
+
+        `content`: the resource's `fingerprint`, if the caller knows it (made when it was read).
+        """
         api_version, kind = resource.get("apiVersion"), resource.get("kind")
         if not isinstance(api_version, str) or not isinstance(kind, str):
             return None
         # `json.dumps([apiVersion, kind, to_plain(resource)])`, compact, without the copy.
         head = json.dumps([str(api_version), str(kind)], separators=(",", ":"), ensure_ascii=False)
-        text = f"{head[:-1]},{fingerprint(resource)}]".encode("utf-8", "surrogatepass")
+        content = fingerprint(resource) if content is None else content
+        text = f"{head[:-1]},{content}]".encode("utf-8", "surrogatepass")
         return hashlib.sha256(self._schemas + b"\0" + text).hexdigest()
 
     def input_key(self, check: str, data: bytes) -> str:

@@ -125,6 +125,14 @@ class ResourceFile:
         """Each document's `fingerprint`."""
         return [fingerprint(document) for document in self.documents]
 
+    def fingerprints_as_read(self) -> dict[int, str]:
+        """`id(document)` → its `fingerprint` when it was read (which it still is until it is
+        changed), made then (for a remembered file: without a parser)."""
+        return {
+            id(document): source.fingerprint
+            for document, source in zip(self.documents, self._sources, strict=True)
+        }
+
     def _changed(self, fingerprints: Sequence[str]) -> list[int]:
         return [
             index
