@@ -13,12 +13,15 @@ files as they were, and nothing else.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from contrast.files import StagedFile, sync_directory
 from contrast.kuberesource import yamlio
 from contrast.kuberesource.yamlmemo import YamlMemo
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 # Files written at once: each mostly waits for its fsync.
 WRITERS = 8
@@ -28,7 +31,7 @@ class StagedWrites:
     """The texts of changed files, staged in threads; `write` or `discard` ends them."""
 
     def __init__(self) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=WRITERS)
+        self._pool: ThreadPoolExecutor | None = None  # `_threads()`
         # id(file) → (content digest, text, fingerprints, the staging)
         self._staged: dict[int, tuple[str, str, list[str], Future[StagedFile]]] = {}
         # id(document) → its fingerprint, of the documents of staged texts put in place
@@ -40,13 +43,22 @@ class StagedWrites:
     def __exit__(self, *_: object) -> None:
         self.discard()  # after `write`: nothing is left; after an error: everything staged
 
+    def _threads(self) -> ThreadPoolExecutor:
+        """The writer threads, started on first use: a run that writes nothing (an unchanged
+        re-run) does not even import `concurrent.futures` (11 ms)."""
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415 - see above
+
+            self._pool = ThreadPoolExecutor(max_workers=WRITERS)
+        return self._pool
+
     def stage(self, file: yamlio.ResourceFile) -> None:
         """Start writing `file`'s text beside it, if it changed (stdin is written at the end)."""
         if file.is_stdio:
             return
         content, text, fingerprints = file.dumped_with_fingerprints()
         if content:
-            future = self._pool.submit(yamlio.stage_file, file.path, text)
+            future = self._threads().submit(yamlio.stage_file, file.path, text)
             self._staged[id(file)] = (content, text, fingerprints, future)
 
     def write(
@@ -57,7 +69,11 @@ class StagedWrites:
         try:
             # Which staged texts are still current is decided here, before any thread renames.
             jobs = [(file, self._current(file)) for file in files]
-            written = list(self._pool.map(lambda job: self._write(job[0], job[1], memo), jobs))
+            written = (
+                list(self._threads().map(lambda job: self._write(job[0], job[1], memo), jobs))
+                if jobs
+                else []
+            )
             changed = [file for file, wrote in zip(files, written, strict=True) if wrote]
             for directory in sorted({file.path.parent for file in changed}):
                 _sync(directory)
@@ -103,10 +119,11 @@ class StagedWrites:
         """Remove every text still staged (all of them in a failed run); ends the staging."""
         futures = [future for _, _, _, future in self._staged.values()]
         self._staged.clear()
-        wait(futures)
         for future in futures:
+            future.exception()  # waits for it
             _discard(future)
-        self._pool.shutdown(wait=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
 
 
 def _discard(future: Future[StagedFile]) -> None:

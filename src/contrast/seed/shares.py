@@ -15,7 +15,6 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.errors import ContrastError
-from contrast.seed import threshold as threshold_sharing
 
 OAEP_LABEL = b"seedshare"
 
@@ -77,6 +76,10 @@ class SeedShareDocument:
         if threshold == 1:
             payloads = [seed] * len(owner_keys)
         else:
+            # Imported here: generate reads owner keys with this module on every run, and
+            # shamir-mnemonic's import (9 ms) is needed only to split a seed.
+            from contrast.seed import threshold as threshold_sharing  # noqa: PLC0415
+
             mnemonics = threshold_sharing.split(seed, threshold, len(owner_keys))
             payloads = [threshold_sharing.pack(mnemonic) for mnemonic in mnemonics]
         shares = tuple(
