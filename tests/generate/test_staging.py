@@ -29,7 +29,7 @@ def test_a_staged_text_is_put_in_place_and_remembered(tmp_path: Path) -> None:
     file.documents[0]["data"]["b"] = "2"
     memo = YamlMemo(tmp_path / FILE, "a" * 64)
     with StagedWrites() as staged:
-        staged.stage(file)
+        staged.stage(file, *file.dumped())
         assert (tmp_path / "config.yml").read_text() == TEXT  # not in place yet
         assert staged.write([file], memo) == [True]
     assert (tmp_path / "config.yml").read_text() == TEXT + "  b: '2'\n"
@@ -41,7 +41,7 @@ def test_a_file_changed_after_staging_is_written_as_it_is_now(tmp_path: Path) ->
     file = _file(tmp_path)
     file.documents[0]["data"]["b"] = "2"
     with StagedWrites() as staged:
-        staged.stage(file)
+        staged.stage(file, *file.dumped())
         file.documents[0]["data"]["c"] = "3"  # after the text was staged
         assert staged.write([file]) == [True]
     assert (tmp_path / "config.yml").read_text() == TEXT + "  b: '2'\n  c: '3'\n"
@@ -52,7 +52,7 @@ def test_an_unchanged_file_is_not_staged_or_written(tmp_path: Path) -> None:
     file = _file(tmp_path)
     before = (tmp_path / "config.yml").stat().st_mtime_ns
     with StagedWrites() as staged:
-        staged.stage(file)
+        staged.stage(file, *file.dumped())
         assert _others(tmp_path, "config.yml") == []
         assert staged.write([file]) == [False]
     assert (tmp_path / "config.yml").stat().st_mtime_ns == before
@@ -66,7 +66,7 @@ def test_a_run_that_fails_after_staging_leaves_the_files_as_they_were(tmp_path: 
     def run() -> None:
         with StagedWrites() as staged:
             for file in files:
-                staged.stage(file)
+                staged.stage(file, *file.dumped())
             raise RuntimeError("a later step failed")
 
     with pytest.raises(RuntimeError, match="later step"):
@@ -80,6 +80,22 @@ def test_the_file_mode_is_kept(tmp_path: Path) -> None:
     file.path.chmod(0o640)
     file.documents[0]["data"]["b"] = "2"
     with StagedWrites() as staged:
-        staged.stage(file)
+        staged.stage(file, *file.dumped())
         staged.write([file])
     assert file.path.stat().st_mode & 0o777 == 0o640
+
+
+def test_a_text_staged_for_another_content_is_not_put_in_place(tmp_path: Path) -> None:
+    """What a worker hands over is checked against this process's documents before the rename."""
+    file = _file(tmp_path)
+    file.documents[0]["data"]["b"] = "2"
+    content, text = file.dumped()
+    memo = YamlMemo(tmp_path / FILE, "a" * 64)
+    with StagedWrites() as staged:
+        staged.stage(file, "0" * 64, "kind: Wrong\n")  # a worker that had another content
+        assert staged.write([file], memo) == [True]
+        assert staged.written_fingerprints() == {}
+    assert (tmp_path / "config.yml").read_text() == text
+    assert memo.lookup("kind: Wrong\n") is None
+    assert _others(tmp_path, "config.yml") == []
+    assert content

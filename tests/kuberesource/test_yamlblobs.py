@@ -185,7 +185,7 @@ def test_writing_with_blobs_set_aside_writes_what_ruamel_writes(text: str) -> No
         documents = _slow(text)
     except YAMLError:
         return
-    source = yamlio._Source(text, False, False, yamlio.Indentation(), "")
+    source = yamlio._Source(text, "")
     for document in documents:
         if isinstance(document, dict):
             document["added"] = BLOB  # a new blob, as generate adds an initdata annotation
@@ -204,6 +204,6 @@ def test_any_document_of_blob_values_is_written_as_ruamel_writes_it(
         documents = _slow(text)
     except YAMLError:
         return
-    source = yamlio._Source(text, False, False, yamlio.Indentation(), "")
+    source = yamlio._Source(text, "")
     for document in documents:
         assert yamlio._serialise(document, source) == yamlio._dump(document, source)

@@ -376,7 +376,7 @@ def _policies_and_texts(
     images: Mapping[str, ImageFacts],
     config_resources: Sequence[Mapping[str, Any]],
     cache: PolicyCache | None,
-    on_text: Callable[[yamlio.ResourceFile], None] | None = None,
+    on_text: Callable[[yamlio.ResourceFile, str, str], None] | None = None,
 ) -> _Derived:
     """Each placed workload's (initdata annotation, policy hash), annotated on it, the checks'
     warnings about it, and the files that changed, their texts serialised.
@@ -458,7 +458,7 @@ def _policies_and_texts(
             file.adopt(answer.content, answer.text)
             changed.append(file)
             if on_text is not None:
-                on_text(file)
+                on_text(file, answer.content, answer.text)
 
     parallel.map_in_processes(derive_and_write, items, on_result=take)
     ordered = [policies[id(workload.resource)] for workload, _ in placed]

@@ -32,8 +32,8 @@ class StagedWrites:
 
     def __init__(self) -> None:
         self._pool: ThreadPoolExecutor | None = None  # `_threads()`
-        # id(file) → (content digest, text, fingerprints, the staging)
-        self._staged: dict[int, tuple[str, str, list[str], Future[StagedFile]]] = {}
+        # id(file) → (content digest, text, the staging)
+        self._staged: dict[int, tuple[str, str, Future[StagedFile]]] = {}
         # id(document) → its fingerprint, of the documents of staged texts put in place
         self._written: dict[int, str] = {}
 
@@ -52,14 +52,15 @@ class StagedWrites:
             self._pool = ThreadPoolExecutor(max_workers=WRITERS)
         return self._pool
 
-    def stage(self, file: yamlio.ResourceFile) -> None:
-        """Start writing `file`'s text beside it, if it changed (stdin is written at the end)."""
-        if file.is_stdio:
-            return
-        content, text, fingerprints = file.dumped_with_fingerprints()
-        if content:
+    def stage(self, file: yamlio.ResourceFile, content: str, text: str) -> None:
+        """Start writing `text` beside `file`, if it changed (stdin is written at the end).
+
+        `content` and `text`: `file.dumped()`, as the worker process that made the text had it.
+        Whether that is still this file's content is found out once, in `write`.
+        """
+        if content and not file.is_stdio:
             future = self._threads().submit(yamlio.stage_file, file.path, text)
-            self._staged[id(file)] = (content, text, fingerprints, future)
+            self._staged[id(file)] = (content, text, future)
 
     def write(
         self, files: Sequence[yamlio.ResourceFile], memo: YamlMemo | None = None
@@ -88,10 +89,10 @@ class StagedWrites:
         staged = self._staged.pop(id(file), None)
         if staged is None:
             return None
-        content, text, fingerprints, future = staged
-        now, _, fingerprints_now = file.dumped_with_fingerprints()
+        content, text, future = staged
+        now, _, fingerprints = file.dumped_with_fingerprints()
         if now == content:
-            self._written.update(zip(map(id, file.documents), fingerprints_now, strict=True))
+            self._written.update(zip(map(id, file.documents), fingerprints, strict=True))
             return text, fingerprints, future
         future.add_done_callback(_discard)  # changed after it was staged: written as it is now
         return None
@@ -117,7 +118,7 @@ class StagedWrites:
 
     def discard(self) -> None:
         """Remove every text still staged (all of them in a failed run); ends the staging."""
-        futures = [future for _, _, _, future in self._staged.values()]
+        futures = [future for _, _, future in self._staged.values()]
         self._staged.clear()
         for future in futures:
             future.exception()  # waits for it
