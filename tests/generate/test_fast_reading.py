@@ -4,7 +4,7 @@
 changes it (issue 14); before, ruamel read everything. Both ways run here on the seeds' examples
 in twin workspaces (same keys, same emulated TEE), a first run and a re-run, and every file must
 be byte for byte the same. The re-run takes the documents it wrote from the YAML memo
-(`yaml-cache.json`), so this also shows that what the memo says is what ruamel reads.
+(`yaml-cache.txt`), so this also shows that what the memo says is what ruamel reads.
 """
 
 from __future__ import annotations

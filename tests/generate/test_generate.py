@@ -340,7 +340,7 @@ WORKSPACE_FILES = {
     "seedshare-owner.pem",
     "settings.json",
     "workload-owner.pem",
-    "yaml-cache.json",
+    "yaml-cache.txt",
 }
 
 

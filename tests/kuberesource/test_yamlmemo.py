@@ -1,6 +1,6 @@
 """The YAML memo: a remembered text reads as it was read or written, a changed byte misses.
 
-What `yaml-cache.json` may say about a text is what generate's readers make of it (yamlfast, or
+What `yaml-cache.txt` may say about a text is what generate's readers make of it (yamlfast, or
 ruamel where yamlfast declines). For a file generate wrote, that rests on the writers writing
 text that reads back as the content it was written for; the random documents below check it
 through the same path generate takes (a plain file changed, written, remembered).
@@ -113,6 +113,14 @@ def test_other_code_or_versions_miss(tmp_path: Path, monkeypatch: pytest.MonkeyP
         '{"format": 1, "files": []}',
         '{"format": 1, "files": {"not a hash": ["{}"]}}',
         '{"format": 1, "files": {"' + "0" * 64 + '": "{}"}}',
+        # The lines this module writes, damaged:
+        "contrast-yaml-cache 2\n",  # no `end`: cut short
+        "contrast-yaml-cache 2\nend",  # no last newline
+        "contrast-yaml-cache 1\nend\n",  # another format
+        "contrast-yaml-cache 2\nnot-a-hash 1\n{}\nend\n",
+        "contrast-yaml-cache 2\n" + "0" * 64 + " 2\n{}\nend\n",  # one document of two
+        "contrast-yaml-cache 2\n" + "0" * 64 + " x\n{}\nend\n",
+        "contrast-yaml-cache 2\n\xff\nend\n",
     ],
 )
 def test_a_damaged_file_is_ignored(tmp_path: Path, text: str) -> None:
@@ -217,3 +225,35 @@ def test_generated_examples_read_back_as_remembered(tmp_path: Path) -> None:
         assert found is not None
         assert found[0] == _reading(text) == _read_by_generate(text)
         assert json.loads(json.dumps(list(found[1]))) == list(found[1])
+
+
+def test_the_file_is_lines_that_read_back_as_written(tmp_path: Path) -> None:
+    """Each entry: its key and count, then its fingerprints, one a line (see the docstring)."""
+    memo = _memo(tmp_path)
+    memo.remember(TWO, ['{"a":"\\n\u2028\x85"}', "{}"])  # an escaped newline; raw U+2028, NEL
+    memo.remember("b: 1\n", ["a\nb"])  # a newline cannot be a line: not remembered
+    memo.save()
+    lines = (tmp_path / FILE).read_text(encoding="utf-8").split("\n")
+    assert lines[0] == "contrast-yaml-cache 2"
+    assert lines[-2:] == ["end", ""]
+    assert lines[1] == f"{memo.key(TWO)} 2"
+    assert len(lines) == 6
+    again = _memo(tmp_path)
+    assert again.lookup(TWO) == (['{"a":"\\n\u2028\x85"}', "{}"], ({"a": "\n\u2028\x85"}, {}))
+    assert again.lookup("b: 1\n") is None
+
+
+def test_an_entry_is_read_out_only_when_used(tmp_path: Path) -> None:
+    """A damaged byte in one entry costs only that entry (it is parsed instead); an empty
+    file (no documents) is remembered too."""
+    memo = _memo(tmp_path)
+    memo.remember(TWO, ['{"a":1}', "{}"])
+    memo.remember("", [])
+    memo.remember("c: 1\n", ['{"c":1}'])
+    memo.save()
+    data = (tmp_path / FILE).read_bytes()
+    (tmp_path / FILE).write_bytes(data.replace(b'{"c":1}', b'{"c":\xff}'))
+    again = _memo(tmp_path)
+    assert again.lookup(TWO) == (['{"a":1}', "{}"], ({"a": 1}, {}))
+    assert again.lookup("") == ([], ())
+    assert again.lookup("c: 1\n") is None
