@@ -99,12 +99,16 @@ class YamlMemo:
         return (data, index) if index else (b"", {})
 
     def _stored(self, key: str) -> list[str] | None:
-        """The fingerprints the file holds for `key`: only the entries used are decoded (a
-        run that generates anew reads the files it was given, not the larger ones it wrote)."""
+        """The fingerprints the file holds for `key`, None if none or not UTF-8 (not what this
+        module writes). Only the entries used are decoded: a run that generates anew reads the
+        files it was given, not the larger ones it wrote."""
         found = self._decoded.get(key)
         if found is None and key in self._index:
             start, end, count = self._index[key]
-            text = self._data[start:end].decode("utf-8", "surrogatepass") if count else ""
+            try:
+                text = self._data[start:end].decode("utf-8", "surrogatepass")
+            except UnicodeDecodeError:
+                return None
             found = self._decoded[key] = text.split("\n") if count else []
         return found
 
@@ -119,10 +123,7 @@ class YamlMemo:
         key = self.key(text)
         found = self._this_run.get(key)
         if found is None:
-            try:
-                found = self._stored(key)
-            except UnicodeDecodeError:  # not what this module writes: parse the text
-                return None
+            found = self._stored(key)
         if found is None:
             return None
         try:
@@ -145,7 +146,7 @@ class YamlMemo:
         no longer needs: the file never grows without being written, and then it holds this
         run's files only.
         """
-        if all(self._held(key, value) for key, value in self._this_run.items()):
+        if all(self._stored(key) == value for key, value in self._this_run.items()):
             return
         lines = [_HEADER]
         for key, fingerprints in sorted(self._this_run.items()):
@@ -153,13 +154,6 @@ class YamlMemo:
             lines.extend(fingerprints)
         lines += [_END, ""]
         write_atomically(self.path, "\n".join(lines).encode("utf-8", "surrogatepass"))
-
-    def _held(self, key: str, fingerprints: list[str]) -> bool:
-        try:
-            return self._stored(key) == fingerprints
-        except UnicodeDecodeError:
-            return False
-
 
 def _index(data: bytes) -> dict[str, tuple[int, int, int]]:
     """Each entry's key → (start, end, count) of its fingerprints' lines in `data` (without the
