@@ -37,13 +37,15 @@ class ResourceError(ContrastError):
     """A Kubernetes resource that cannot be understood."""
 
 
-def _mapping(parent: MutableMapping[str, Any], key: str, where: str) -> MutableMapping[str, Any]:
+def _mapping(parent: MutableMapping[str, Any], key: str, *where: str) -> MutableMapping[str, Any]:
+    """`parent[key]`, an empty mapping added if it is missing; `where` are the names of the
+    path to `parent`, joined into the message only if it is not a mapping."""
     value = parent.get(key)
     if value is None:
         value = parent[key] = {}
     # A dict first: the ABC check costs a microsecond, and this runs some 300 times a workload.
     if not isinstance(value, dict) and not isinstance(value, MutableMapping):
-        raise ResourceError(f"{where}.{key} is not a mapping")
+        raise ResourceError(f"{'.'.join(where)}.{key} is not a mapping")
     return value
 
 
@@ -89,14 +91,7 @@ class Workload:
         node = self.resource
         path = POD_TEMPLATE_PATHS[kind]
         for depth, key in enumerate(path):
-            # `_mapping`, inlined, with its message made only when it is needed: this runs
-            # about sixty times a workload.
-            value = node.get(key)
-            if value is None:
-                value = node[key] = {}
-            if not isinstance(value, dict) and not isinstance(value, MutableMapping):
-                raise ResourceError(f"{'.'.join((kind, *path[:depth]))}.{key} is not a mapping")
-            node = value
+            node = _mapping(node, key, kind, *path[:depth])
         return node
 
     @property

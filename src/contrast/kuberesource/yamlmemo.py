@@ -155,6 +155,7 @@ class YamlMemo:
         lines += [_END, ""]
         write_atomically(self.path, "\n".join(lines).encode("utf-8", "surrogatepass"))
 
+
 def _index(data: bytes) -> dict[str, tuple[int, int, int]]:
     """Each entry's key → (start, end, count) of its fingerprints' lines in `data` (without the
     last newline); empty if `data` is not what this module writes (see the module docstring).
