@@ -349,6 +349,11 @@ def _repeat_on_round_trips(
                 edit.repeat(twin)
 
 
+def _placed_in(file: yamlio.ResourceFile, edits: Mapping[int, _Edit]) -> list[Workload]:
+    """The workloads of `file` that generate placed (those `edits` holds), in order."""
+    return [workload for workload in file.workloads() if id(workload.resource) in edits]
+
+
 class _Derived(NamedTuple):
     """What `_policies_and_texts` found for the placed workloads, in the order they were placed."""
 
@@ -361,7 +366,7 @@ class _FileAnswer(NamedTuple):
     """A worker's answer for one file (see `_policies_and_texts`)."""
 
     derived: list[tuple[str, str]]  # of the file's workloads that lacked a policy, in order
-    keys: list[str]  # their policy-cache keys, if the parent left them to the worker
+    keys: list[str]  # their policy-cache keys (made here where the parent had none)
     warnings: list[list[checks.CheckWarning]]  # of the file's placed workloads, in order
     content: str  # `ResourceFile.dumped()`: "" if the file did not change
     text: str
@@ -407,8 +412,8 @@ def _policies_and_texts(
             edits[id(workload.resource)].annotate(workload, annotation)
     missing: dict[int, list[Workload]] = {}
     for file in files:
-        for workload in file.workloads():
-            if id(workload.resource) in edits and id(workload.resource) not in policies:
+        for workload in _placed_in(file, edits):
+            if id(workload.resource) not in policies:
                 missing.setdefault(id(file), []).append(workload)
     items = [file for file in files if id(file) in missing or file.changed]
     if missing:
@@ -417,16 +422,17 @@ def _policies_and_texts(
     def derive_and_write(file: yamlio.ResourceFile) -> _FileAnswer:
         derived, made = [], []
         for workload in missing.get(id(file), []):
-            if cache is not None and id(workload.resource) not in keys:
-                used = generator.required_images(workload)
-                made.append(cache.key(workload, images, used))
+            if cache is not None:
+                known = keys.get(id(workload.resource))
+                if known is None:
+                    known = cache.key(workload, images, generator.required_images(workload))
+                made.append(known)
             policy = generator.generate(workload, images, config_resources)
             edits[id(workload.resource)].annotate(workload, policy.annotation)
             derived.append((policy.annotation, policy.policy_hash))
         warnings = [
             checks.check(workload, edits[id(workload.resource)].platform, images)
-            for workload in file.workloads()
-            if id(workload.resource) in edits
+            for workload in _placed_in(file, edits)
         ]
         # The plain documents do not change from here on (the round trips do): their
         # fingerprints, made once, tell what changed and what is written.
@@ -447,12 +453,9 @@ def _policies_and_texts(
         for workload, policy in zip(lacking, answer.derived, strict=True):
             policies[id(workload.resource)] = policy
             edits[id(workload.resource)].annotate(workload, policy[0])
-        made = iter(answer.keys)
-        for workload in lacking:
-            if cache is not None and id(workload.resource) not in keys:
-                keys[id(workload.resource)] = next(made)
-        confidential = [w for w in file.workloads() if id(w.resource) in edits]
-        for workload, warnings in zip(confidential, answer.warnings, strict=True):
+        if cache is not None:
+            keys.update(zip((id(w.resource) for w in lacking), answer.keys, strict=True))
+        for workload, warnings in zip(_placed_in(file, edits), answer.warnings, strict=True):
             checked[id(workload.resource)] = warnings
         if answer.content:
             file.adopt(answer.content, answer.text)
