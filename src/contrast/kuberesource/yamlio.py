@@ -605,14 +605,10 @@ def load_text(
     if len(texts) != len(documents):  # pragma: no cover - the parser and loader disagree
         raise YamlError(f"{name}: cannot tell its documents apart")
     fingerprints = remembered or [fingerprint(document) for document in documents]
-    sources = []
-    for content, document_text in zip(fingerprints, texts, strict=True):
-        sources.append(
-            _Source(
-                text=document_text,
-                fingerprint=content,
-            )
-        )
+    sources = [
+        _Source(document_text, content)
+        for document_text, content in zip(texts, fingerprints, strict=True)
+    ]
     if memo is not None and read_plain and remembered is None:
         memo.remember(text, fingerprints)
     return ResourceFile(Path(path), documents, text, tuple(sources), plain=read_plain)
