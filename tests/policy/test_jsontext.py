@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import math
+import sys
+import uuid
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contrast.policy import jsontext
 from contrast.policy.jsontext import dumps_indented
 
 SCALARS = (
@@ -74,3 +79,72 @@ def test_what_json_refuses_is_refused() -> None:
         dumps_indented(cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"set": {1}})
+
+
+def _every_code_point() -> list[str]:
+    """Every Unicode scalar value (surrogates are not), in strings of 4096."""
+    points = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
+    return ["".join(points[i : i + 4096]) for i in range(0, len(points), 4096)]
+
+
+def test_every_code_point_is_written_as_json_writes_it() -> None:
+    """orjson's escaping is json's (ensure_ascii=False): `"`, `\\` and C0 controls only."""
+    strings = _every_code_point()
+    value = {"values": strings, "keys": {text: len(text) for text in strings}}
+    assert jsontext._only_same_types(value)  # so orjson writes it
+    assert dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def test_plain_data_is_written_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
+    value = {"a": [1, -(2**63), 2**64 - 1, True, None, "x"], "b": {"c": ({}, [])}, "d": []}
+    expected = json.dumps(value, indent=2, ensure_ascii=False)
+
+    def refuse(*args: Any, **kwargs: Any) -> str:
+        raise AssertionError("json.dumps was called for plain data")
+
+    monkeypatch.setattr(jsontext.json, "dumps", refuse)
+    assert dumps_indented(value) == expected
+
+
+class Colour(enum.IntEnum):
+    RED = 1
+
+
+class Kind(enum.Enum):
+    A = "a"
+
+
+@dataclasses.dataclass
+class Record:
+    name: str
+
+
+def _nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"float": 1e16, "small": 1e-7, "integral": 1.0, "negative zero": -0.0},
+        {"nan": math.nan, "inf": math.inf},
+        {"int enum": Colour.RED, "in a list": [Colour.RED]},
+        {Text("key"): "a string-subclass key", "plain": 1},
+        {"beyond 64 bits": 2**64, "below": -(2**63) - 1},
+        {"tuple": (1, ("a", None))},
+        _nested(300),  # deeper than orjson writes
+    ],
+)
+def test_what_orjson_writes_otherwise_is_written_as_json_writes_it(value: Any) -> None:
+    assert dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+
+
+@pytest.mark.parametrize(
+    "value", [{"enum": Kind.A}, {"uuid": uuid.UUID(int=1)}, {"dataclass": Record("a")}]
+)
+def test_what_json_refuses_orjson_does_not_write(value: Any) -> None:
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_indented(value)
