@@ -19,7 +19,6 @@ import functools
 import hashlib
 import io
 import itertools
-import json
 import re
 import stat
 import sys
@@ -39,6 +38,7 @@ from ruamel.yaml.scalarstring import (
 )
 
 from contrast.files import StagedFile, stage, sync_directory
+from contrast.jsontext import dumps_compact
 from contrast.kuberesource import yamlblob, yamlbounds
 from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 from contrast.kuberesource.yamlmemo import YamlMemo
@@ -507,10 +507,10 @@ def fingerprint(document: Any, *, native: bool = False) -> str:
     """
     if native or type(document) is dict:
         try:
-            return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+            return dumps_compact(document)
         except (TypeError, ValueError):  # a value JSON has no form for: the general way
             pass
-    return json.dumps(to_plain(document), separators=(",", ":"), ensure_ascii=False)
+    return dumps_compact(to_plain(document))
 
 
 def _has_content(text: str) -> bool:

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from contrast.images.model import ImageFacts
+from contrast.jsontext import dumps_indented
 from contrast.kuberesource.workloads import Workload
 from contrast.policy.containers import PodFacts, container_policy
 from contrast.policy.env import ConfigSources, EnvContext
 from contrast.policy.generation_errors import PolicyGenerationError
 from contrast.policy.initdata import PolicyEncoder
-from contrast.policy.jsontext import dumps_indented
 from contrast.policy.mounts import normalized_storage
 from contrast.policy.sandbox import sandbox_name_regex
 from contrast.policy.settings import ASSETS, Settings, default_settings

@@ -1,7 +1,8 @@
-"""The policy's JSON text: `dumps_indented` writes what `json.dumps(indent=2)` writes."""
+"""`dumps_indented` and `dumps_compact` write what `json.dumps` writes (indent=2, or compact)."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import enum
 import json
@@ -14,8 +15,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contrast.policy import jsontext
-from contrast.policy.jsontext import dumps_indented
+from contrast import jsontext
+from contrast.jsontext import dumps_compact, dumps_indented
 
 SCALARS = (
     st.none()
@@ -38,6 +39,11 @@ JSON = st.recursive(
 @given(JSON, st.integers(min_value=0, max_value=4))
 def test_the_same_text_as_json_dumps(value: Any, indent: int) -> None:
     assert dumps_indented(value, indent) == json.dumps(value, indent=indent, ensure_ascii=False)
+    assert dumps_compact(value) == _compact(value)
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 class Text(str):
@@ -70,6 +76,7 @@ class Sequence(list[Any]):
 )
 def test_the_same_text_on_the_edges(value: Any) -> None:
     assert dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+    assert dumps_compact(value) == _compact(value)
 
 
 def test_what_json_refuses_is_refused() -> None:
@@ -77,6 +84,8 @@ def test_what_json_refuses_is_refused() -> None:
     cycle.append(cycle)
     with pytest.raises(ValueError, match="Circular reference"):
         dumps_indented(cycle)
+    with pytest.raises(ValueError, match="Circular reference"):
+        dumps_compact(cycle)
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented({"set": {1}})
 
@@ -93,17 +102,21 @@ def test_every_code_point_is_written_as_json_writes_it() -> None:
     value = {"values": strings, "keys": {text: len(text) for text in strings}}
     assert jsontext._only_same_types(value)  # so orjson writes it
     assert dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+    assert dumps_compact(value) == _compact(value)
+    assert dumps_compact(value) == _compact(value)
 
 
 def test_plain_data_is_written_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
     value = {"a": [1, -(2**63), 2**64 - 1, True, None, "x"], "b": {"c": ({}, [])}, "d": []}
     expected = json.dumps(value, indent=2, ensure_ascii=False)
+    expected_compact = _compact(value)
 
     def refuse(*args: Any, **kwargs: Any) -> str:
         raise AssertionError("json.dumps was called for plain data")
 
     monkeypatch.setattr(jsontext.json, "dumps", refuse)
     assert dumps_indented(value) == expected
+    assert dumps_compact(value) == expected_compact
 
 
 class Colour(enum.IntEnum):
@@ -140,6 +153,16 @@ def _nested(depth: int) -> list[Any]:
 )
 def test_what_orjson_writes_otherwise_is_written_as_json_writes_it(value: Any) -> None:
     assert dumps_indented(value) == json.dumps(value, indent=2, ensure_ascii=False)
+    assert dumps_compact(value) == _compact(value)
+
+
+def test_a_subclass_is_written_by_its_methods_as_json_writes_it() -> None:
+    """An OrderedDict keeps its order apart from the dict's storage, which orjson reads."""
+    moved = collections.OrderedDict([("a", 1), ("b", 2)])
+    moved.move_to_end("a")
+    value = {"moved": moved}
+    assert dumps_compact(value) == '{"moved":{"b":2,"a":1}}' == _compact(value)
+    assert dumps_compact(moved) == '{"b":2,"a":1}'
 
 
 @pytest.mark.parametrize(
@@ -148,3 +171,5 @@ def test_what_orjson_writes_otherwise_is_written_as_json_writes_it(value: Any) -
 def test_what_json_refuses_orjson_does_not_write(value: Any) -> None:
     with pytest.raises(TypeError, match="not JSON serializable"):
         dumps_indented(value)
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        dumps_compact(value)
