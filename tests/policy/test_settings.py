@@ -206,14 +206,34 @@ def test_accessors_hand_out_copies() -> None:
 def test_accessors_hand_out_equal_copies_of_what_is_not_json_data() -> None:
     """Parts are copied from their JSON text; a part whose text reads back otherwise (a tuple,
     a key that is not a string, NaN) is copied as it is instead."""
-    odd = {"numbers": (1, 2), "keys": {1: "one"}, "nan": [math.nan]}
+    odd = {"numbers": (1, 2), "keys": {1: "one"}, "nan": [math.nan], "big": [2**64]}
     loaded = Settings({**default_settings().document, "common": {**odd}})
     for _ in range(2):  # the first reading makes the text, the second uses it
         common = loaded.section("common")
         assert common["numbers"] == (1, 2)
         assert common["keys"] == {1: "one"}
         assert math.isnan(common["nan"][0])
+        assert common["big"] == [2**64]
         assert loaded.get("common", "keys") == {1: "one"}
         pause = loaded.section("pause_container")
         assert pause == default_settings().section("pause_container")
         pause.clear()
+
+
+def _typed(node: Any) -> Any:
+    """`node` with every scalar paired with its type, so that 1, 1.0 and True differ."""
+    if isinstance(node, dict):
+        return {key: _typed(item) for key, item in node.items()}
+    if isinstance(node, list):
+        return [_typed(item) for item in node]
+    return (type(node), node)
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=JSON)
+def test_accessors_copy_values_and_their_types(value: Any) -> None:
+    loaded = Settings({**default_settings().document, "common": {"part": [value]}})
+    for _ in range(2):  # the first reading makes the text, the second uses it
+        copied = loaded.get("common", "part")
+        assert _typed(copied) == _typed([value])
+        copied.append("changed")
