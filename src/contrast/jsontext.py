@@ -55,15 +55,21 @@ def _orjson_text(value: Any, option: int | None) -> str | None:
 
 def _only_same_types(value: Any) -> bool:
     """Whether `value` holds only containers and scalars that orjson writes as json does."""
+    kind = type(value)
+    if kind is not dict and kind is not list and kind is not tuple:
+        return kind in _SAME_SCALARS
     pending = [value]
-    take, add = pending.pop, pending.extend
+    push = pending.append
     while pending:
-        item = take()
-        kind = type(item)
-        if kind is dict:
-            add(item.values())  # the keys: orjson refuses any but strings
-        elif kind is list or kind is tuple:
-            add(item)
-        elif kind not in _SAME_SCALARS:
-            return False
+        container = pending.pop()
+        # The keys are left to orjson, which refuses any but strings.
+        for item in container.values() if type(container) is dict else container:
+            kind = type(item)
+            # The scalars first, tested inline: they are most of the nodes.
+            if kind is str or kind is int or kind is bool or item is None:
+                continue
+            if kind is dict or kind is list or kind is tuple:
+                push(item)
+            else:
+                return False
     return True
