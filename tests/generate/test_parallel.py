@@ -8,6 +8,7 @@ run and a re-run after the rules changed, and every file must be the same.
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 from pathlib import Path
@@ -68,6 +69,27 @@ def test_map_in_processes_keeps_the_order_and_uses_workers(
     answers = parallel.map_in_processes(lambda item: (item * item, os.getpid()), items)
     assert [square for square, _ in answers] == [item * item for item in items]
     assert os.getpid() not in {pid for _, pid in answers}, "nothing ran in a worker"
+
+
+def test_workers_leave_what_they_inherit_out_of_garbage_collection(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Frozen in the parent before the fork (fewer pages copied, shorter collections), and
+    unfrozen here afterwards, also when a worker failed."""
+    monkeypatch.setenv(parallel.ENVIRONMENT, "2")
+    items = list(range(3 * parallel.MINIMUM_ITEMS))
+    frozen = parallel.map_in_processes(lambda _: (gc.get_freeze_count(), os.getpid()), items)
+    assert all(count > 0 for count, pid in frozen if pid != os.getpid())
+    assert gc.get_freeze_count() == 0
+
+    def step(item: int) -> int:
+        if item == 7:
+            raise ValueError("a failing item")
+        return item
+
+    with pytest.raises(ValueError, match="a failing item"):
+        parallel.map_in_processes(step, items)
+    assert gc.get_freeze_count() == 0
 
 
 def test_map_in_processes_one_process_when_told(monkeypatch: pytest.MonkeyPatch) -> None:
