@@ -91,7 +91,9 @@ class Workload:
         node = self.resource
         path = POD_TEMPLATE_PATHS[kind]
         for depth, key in enumerate(path):
-            node = _mapping(node, key, kind, *path[:depth])
+            child = node.get(key)
+            # A dict is taken as it is: this runs some 80 times a workload.
+            node = child if type(child) is dict else _mapping(node, key, kind, *path[:depth])
         return node
 
     @property
