@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import compileall
 import os
+import statistics
 import time
 from collections.abc import Callable
 
@@ -49,3 +50,28 @@ def best_interleaved(
                 function()
             best[name] = min(best[name], (time.perf_counter() - start) / iterations)
     return best
+
+
+def median_ratios(
+    functions: dict[str, Callable[[], object]], baseline: str, iterations: int, rounds: int = 200
+) -> dict[str, float]:
+    """Each function's cost as a multiple of `baseline`'s: the median, over `rounds`, of the
+    ratio of their times in that round (short loops, taking turns).
+
+    On a shared host the best of a few long loops swings by a tenth from one run to the next:
+    the baseline's best may come from a quiet moment the other loop did not get. A ratio taken
+    within each round shares that round's load, and the median of many is stable to about 0.01.
+    It also keeps what the operation really costs beside other work: after the Python around
+    a signature check, the check itself runs slower than in a loop of nothing else.
+    """
+    ratios: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(rounds):
+        times = {}
+        for name, function in functions.items():
+            start = time.perf_counter()
+            for _ in range(iterations):
+                function()
+            times[name] = time.perf_counter() - start
+        for name in functions:
+            ratios[name].append(times[name] / times[baseline])
+    return {name: statistics.median(values) for name, values in ratios.items()}
