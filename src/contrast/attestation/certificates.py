@@ -237,6 +237,11 @@ def _read_every_crl_field(crl: x509.CertificateRevocationList) -> None:
         _ = (entry.serial_number, entry.revocation_date_utc, entry.extensions)
 
 
+# ECDSA with each hash, made once: it holds nothing but the hash, and making it took 1.5 µs of
+# every report's verification.
+_ECDSA_BY_HASH: dict[str, ec.ECDSA] = {}
+
+
 def verify_ecdsa(
     public_key: ec.EllipticCurvePublicKey,
     r: int,
@@ -245,8 +250,11 @@ def verify_ecdsa(
     algorithm: hashes.HashAlgorithm,
 ) -> bool:
     """ECDSA verification from raw (r, s) integers, as AMD and Intel encode signatures."""
+    signature_algorithm = _ECDSA_BY_HASH.get(algorithm.name)
+    if signature_algorithm is None:
+        signature_algorithm = _ECDSA_BY_HASH[algorithm.name] = ec.ECDSA(algorithm)
     try:
-        public_key.verify(encode_dss_signature(r, s), data, ec.ECDSA(algorithm))
+        public_key.verify(encode_dss_signature(r, s), data, signature_algorithm)
     except InvalidSignature:
         return False
     return True

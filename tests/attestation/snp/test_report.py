@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -171,6 +172,25 @@ def test_well_formed_reports_round_trip(version: int, body: bytes) -> None:
     assert report.to_bytes() == data
     assert report.signed_bytes == data[:0x2A0]
     assert Report.from_bytes(report.to_bytes()) == report
+
+
+@settings(max_examples=100)
+@given(st.sampled_from([2, 3, 4, 5]), st.binary(min_size=REPORT_SIZE, max_size=REPORT_SIZE))
+def test_a_parsed_report_is_the_one_its_constructor_makes(version: int, body: bytes) -> None:
+    """`from_bytes` puts the fields in place itself: the same values, types and frozenness."""
+    parsed = Report.from_bytes(_report_bytes(version, body))
+    fields = {field.name: getattr(parsed, field.name) for field in dataclasses.fields(Report)}
+    constructed = Report(**fields)
+    assert parsed == constructed
+    assert hash(parsed) == hash(constructed)
+    assert repr(parsed) == repr(constructed)
+    assert vars(parsed) == vars(constructed)
+    assert all(type(vars(parsed)[n]) is type(vars(constructed)[n]) for n in fields)
+    assert type(parsed.policy) is GuestPolicy
+    assert type(parsed.platform_info) is PlatformInfo
+    assert type(parsed.signer_info) is SignerInfo
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        parsed.version = 2  # type: ignore[misc]
 
 
 @given(st.binary(max_size=2 * REPORT_SIZE))
