@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -19,12 +20,35 @@ class ProcessError(ContrastError):
     """A demo process did not start, or ended when it should not have."""
 
 
+# Ports are handed out from below the kernel's ephemeral range: one from inside it (as binding
+# port 0 gives) may become the source port of any outgoing connection before the process it is
+# meant for binds it, which then fails with "Address already in use" (seen in CI: a Coordinator
+# replica started seconds after its ports were chosen, while the demo's clients connected).
+_LOWEST_PORT = 10000
+_EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A TCP port on loopback that nothing listens on right now, not handed out before by this
+    process, and (where the kernel says which ports those are) not an ephemeral port."""
+    try:
+        ephemeral = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = _LOWEST_PORT
+    for _ in range(1000):
+        below = ephemeral > _LOWEST_PORT
+        port = random.randrange(_LOWEST_PORT, ephemeral) if below else 0  # noqa: S311 - a port
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # taken: try another
+            port = int(probe.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise ProcessError("no free TCP port on loopback", hint="is the machine out of ports?")
 
 
 class Running(Protocol):
