@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import http.client
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -16,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from contrast.local.processes import free_port  # not from the ephemeral range
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 
@@ -37,12 +38,6 @@ class Registry:
             for line in self.log.read_text(errors="replace").splitlines()
             if "HTTP/1.1" in line and fragment in line
         )
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def start_registry(directory: Path, auth: str = "") -> tuple[subprocess.Popen[bytes], Registry]:

@@ -273,7 +273,7 @@ def test_progress_line_counts_layers(registry: Registry) -> None:
 
 
 def test_unreachable_registry_is_a_clear_error() -> None:
-    from tests.images.conftest import free_port
+    from contrast.local.processes import free_port
 
     host = f"127.0.0.1:{free_port()}"
     with pytest.raises(RegistryError, match="cannot reach") as caught:
