@@ -1,15 +1,15 @@
 """`json.dumps`'s text (ensure_ascii=False), written by orjson wherever it is the same text.
 
-`generate` writes JSON text twice a document: a policy's `policy_data` (30-40 KB, 2-space indent;
-with `indent`, CPython 3.11 takes json's pure-Python encoder) and the compact fingerprint that
-tells a changed resource from an unchanged one. orjson writes both some ten to fifteen times
-faster, and writes the same text for dicts, lists and tuples of strings, integers, booleans and
-None. It writes floats its own way (`1e16` for json's `1e+16`, `null` for NaN), types json refuses
-(dataclasses, UUIDs, enums), and subclasses from their storage rather than their methods (an
-OrderedDict moved to the end), so its text is used only when a walk over the value found nothing
-else. All other values, and what orjson refuses (keys that are not strings, integers beyond 64
-bits, cycles, nesting deeper than 254), go to `json.dumps` itself, which writes or refuses them as
-it always did. tests/test_jsontext.py compares the two, every code point included.
+`generate` writes JSON text in two forms for each workload: its policy's `policy_data` (30-40 KB,
+2-space indent; with `indent`, CPython 3.11 takes json's pure-Python encoder) and the compact
+fingerprint that tells a changed resource from an unchanged one. orjson writes both some ten to
+fifteen times faster, and writes the same text for dicts, lists and tuples of strings, integers,
+booleans and None. It writes floats its own way (`1e16` for json's `1e+16`, `null` for NaN), types
+json refuses (dataclasses, UUIDs, enums), and subclasses from their storage rather than their
+methods (an OrderedDict moved to the end), so its text is used only when a walk over the value
+found nothing else. All other values, and what orjson refuses (keys that are not strings, integers
+beyond 64 bits, cycles, nesting deeper than 254), go to `json.dumps` itself, which writes or
+refuses them as it always did. tests/test_jsontext.py compares the two, every code point included.
 """
 
 from __future__ import annotations

@@ -500,8 +500,9 @@ def fingerprint(document: Any, *, native: bool = False) -> str:
     """The document's content as compact JSON (values and key order), to compare it with.
 
     A plain document (`yamlfast`: dicts with string keys, lists, str, int, float, bool, None,
-    and what generate puts in, of the same types) is that JSON already, and the C encoder
-    writes it ten times faster than copying it with `to_plain` first; the text is the same.
+    and what generate puts in, of the same types) is that JSON already, and `dumps_compact`
+    (orjson, or json's C encoder) writes it ten times faster than copying it with `to_plain`
+    first; the text is the same.
     So is a `native` one: a round trip from `yamlrtload`, whose nodes are subclasses of those
     types that JSON writes as their base (no `ScalarBoolean`, which is an int, no bool keys).
     """
