@@ -22,6 +22,7 @@ from contrast.api.convert import seed_shares_from_proto
 from contrast.api.services import UserApiClient
 from contrast.atls.client import AttestedConnection, connect_attested, rpc_message
 from contrast.atls.reportdata import public_key_der
+from contrast.boundedfile import read_bounded
 from contrast.client.resources import collect_policies
 from contrast.client.transitions import LastSeen, RolledBack, check_history, last_seen, record
 from contrast.client.workspace import (
@@ -39,13 +40,19 @@ from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
 from contrast.manifest.defaults import unfilled_values
+from contrast.manifest.limits import MANIFEST_LIMITS
 from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
 from contrast.seed import threshold
-from contrast.seed.shares import SeedShareDocument
+from contrast.seed.shares import SEED_SHARES_LIMITS, SeedShareDocument
 
 T = TypeVar("T")
+
+# A share file holds one SLIP-0039 mnemonic: 33 words of at most 8 letters for a 256-bit seed,
+# about 300 characters. Its text is refused above 4096 characters, its file above 8 KiB.
+SHARE_MAX_CHARACTERS = 4096
+SHARE_MAX_BYTES = 8 << 10
 
 
 class OperationFailed(ContrastError):
@@ -63,7 +70,12 @@ class Target:
 
 
 def load_manifest(path: Path) -> tuple[Manifest, bytes]:
-    data = read_file(path, "manifest", hint="run contrast generate first, or pass --manifest")
+    data = read_file(
+        path,
+        "manifest",
+        MANIFEST_LIMITS.max_bytes,
+        hint="run contrast generate first, or pass --manifest",
+    )
     return Manifest.from_bytes(data), data
 
 
@@ -138,6 +150,7 @@ def set_manifest(
             if not _no_manifest_yet(error):
                 raise OperationFailed(f"GetManifests failed: {rpc_message(error)}") from None
             current = None
+        previous_shares = None
         if current is not None:
             previous = current.LatestTransition.TransitionHash
             check_history(seen, current.Manifests, previous)  # never update a rolled-back one
@@ -147,6 +160,7 @@ def set_manifest(
             request.Signature = sign_update(key, manifest_bytes, previous)
         else:
             request.PreviousTransitionHash = ZERO_HASH
+            previous_shares = _previous_seed_shares(workspace)
         response = _call("SetManifest", lambda: client.set_manifest(request))
         after = _call("GetManifests", client.get_manifests)
     finally:
@@ -169,23 +183,28 @@ def set_manifest(
     kept = None
     if response.HasField("SeedSharesDoc"):
         document = seed_shares_from_proto(response.SeedSharesDoc)
-        kept = _keep_previous_seed_shares(workspace, document.to_json())
+        kept = _keep_previous_seed_shares(workspace, previous_shares, document.to_json())
         written.append(workspace.write_private(SEED_SHARES, document.to_json()))
     return SetResult(
         first=current is None, written=written, replaced_history=replaced, kept_seed_shares=kept
     )
 
 
-def _keep_previous_seed_shares(workspace: Workspace, new: bytes) -> Path | None:
-    """Keep a different `seed-shares.json` before a first manifest replaces it; where it went.
+def _previous_seed_shares(workspace: Workspace) -> bytes | None:
+    """The workspace's `seed-shares.json` before a first manifest, read before it is sent.
 
-    A Coordinator that answers with new seed shares has a new seed: it lost its state, or it
-    is another deployment. The old shares are the only way to recover the old state (a volume
-    that comes back), so they are kept, owner-only, under a name derived from their content.
+    A first manifest brings new seed shares, and the old ones must be kept (below): they are
+    read, within their bound, before the Coordinator is asked, so that a file that cannot be
+    kept refuses the request instead of failing once the new seed exists.
     """
     path = workspace.path(SEED_SHARES)
     try:
-        old = path.read_bytes()
+        return read_bounded(
+            path,
+            SEED_SHARES_LIMITS.max_bytes,
+            what="the seed shares",
+            hint="move it out of the workspace before setting a first manifest",
+        )
     except FileNotFoundError:
         return None
     except OSError as error:
@@ -193,7 +212,16 @@ def _keep_previous_seed_shares(workspace: Workspace, new: bytes) -> Path | None:
             f"cannot read {path}: {error.strerror or error}",
             hint="check the workspace's permissions before setting a manifest",
         ) from None
-    if old == new:
+
+
+def _keep_previous_seed_shares(workspace: Workspace, old: bytes | None, new: bytes) -> Path | None:
+    """Keep a different `seed-shares.json` before a first manifest replaces it; where it went.
+
+    A Coordinator that answers with new seed shares has a new seed: it lost its state, or it
+    is another deployment. The old shares are the only way to recover the old state (a volume
+    that comes back), so they are kept, owner-only, under a name derived from their content.
+    """
+    if old is None or old == new:
         return None
     name = f"seed-shares.replaced-{hashlib.sha256(old).hexdigest()[:16]}.json"
     return workspace.write_private(name, old)
@@ -218,7 +246,7 @@ def decrypt_share(
     The Coordinator is not contacted: an owner can do this alone and hand the file, a SLIP-0039
     mnemonic, to the operator who runs `contrast recover --share`.
     """
-    document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
+    document = read_seed_shares(seed_shares)
     mnemonic = threshold.unpack(document.decrypt(load_seedshare_owner_key(seedshare_owner_key)))
     try:
         write_atomically(output, (mnemonic + "\n").encode(), mode=0o600)
@@ -227,10 +255,24 @@ def decrypt_share(
     return output
 
 
+def read_seed_shares(path: Path) -> SeedShareDocument:
+    """The seed share document `contrast set` saved (`--seed`), read within its bound."""
+    data = read_file(
+        path,
+        "seed shares",
+        SEED_SHARES_LIMITS.max_bytes,
+        hint=f"pass the {SEED_SHARES} contrast set wrote",
+    )
+    return SeedShareDocument.from_json(data)
+
+
 def read_share(path: Path) -> str:
     """A share file `decrypt_share` wrote: one SLIP-0039 mnemonic."""
-    text = read_file(path, "seed share").decode(errors="replace").strip()
-    if not text or len(text) > 4096:
+    data = read_file(
+        path, "seed share", SHARE_MAX_BYTES, hint="pass the file --decrypt-share-to wrote"
+    )
+    text = data.decode(errors="replace").strip()
+    if not text or len(text) > SHARE_MAX_CHARACTERS:
         raise OperationFailed(f"{path} holds no seed share mnemonic")
     return " ".join(text.split())
 
@@ -295,7 +337,7 @@ def recover(
     """
     manifest, _ = load_manifest(target.manifest_path)
     keys = [seedshare_owner_key] if isinstance(seedshare_owner_key, Path) else seedshare_owner_key
-    document = SeedShareDocument.from_json(read_file(seed_shares, "seed shares"))
+    document = read_seed_shares(seed_shares)
     if manifest.seedshare_threshold == 1:
         if shares:
             raise OperationFailed(
@@ -304,8 +346,9 @@ def recover(
             )
         seed = document.decrypt(load_seedshare_owner_key(keys[0]))
     else:
+        given = [read_share(path) for path in shares]  # every file read before any key is used
         mnemonics = [threshold.unpack(document.decrypt(load_seedshare_owner_key(k))) for k in keys]
-        mnemonics += [read_share(path) for path in shares]
+        mnemonics += given
         if len(set(mnemonics)) < manifest.seedshare_threshold:
             raise OperationFailed(
                 f"the manifest's SeedshareThreshold is {manifest.seedshare_threshold}:"

@@ -18,6 +18,13 @@ from contrast.client.workspace import LATEST_TRANSITION, Workspace, WorkspaceErr
 from contrast.errors import ContrastError
 from contrast.history.history import HASH_SIZE, transition_hashes
 
+# The file holds one hex transition hash and a newline: anything much longer is not one.
+TRANSITION_MAX_BYTES = 1 << 10
+_RESTORE = (
+    "restore it from a backup or from verify/latest-transition; delete it only if you accept"
+    " that rollback cannot be checked"
+)
+
 
 class HistoryMismatch(ContrastError):
     """The Coordinator's history is not one this workspace can accept: rolled back, inconsistent."""
@@ -50,7 +57,8 @@ def last_seen(workspace: Workspace) -> LastSeen:
     path = workspace.path(LATEST_TRANSITION)
     if not path.exists():
         return LastSeen(path, None)
-    text = read_file(path, "latest transition").decode("ascii", "replace").strip()
+    data = read_file(path, "latest transition", TRANSITION_MAX_BYTES, hint=_RESTORE)
+    text = data.decode("ascii", "replace").strip()
     try:
         transition_hash = bytes.fromhex(text)
     except ValueError:
@@ -58,8 +66,7 @@ def last_seen(workspace: Workspace) -> LastSeen:
     if len(transition_hash) != HASH_SIZE:
         raise WorkspaceError(
             f"{path} is not a transition hash ({2 * HASH_SIZE} hex digits)",
-            hint="restore it from a backup or from verify/latest-transition; delete it only if"
-            " you accept that rollback cannot be checked",
+            hint=_RESTORE,
         )
     return LastSeen(path, transition_hash)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from contrast.boundedfile import read_bounded
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 
@@ -24,14 +25,19 @@ MESH_CA = "mesh-ca.pem"
 VERIFY_DIR = "verify"
 LATEST_TRANSITION = "latest-transition"
 
+# An owner key is one PEM private key: RSA-4096 is 3.2 KiB, RSA-16384 about 12 KiB.
+PEM_MAX_BYTES = 64 << 10
+
 
 class WorkspaceError(ContrastError):
     """A workspace file is missing or unreadable."""
 
 
-def read_file(path: Path, what: str, *, hint: str | None = None) -> bytes:
+def read_file(path: Path, what: str, max_bytes: int, *, hint: str | None = None) -> bytes:
+    """The bytes of a file the user named or the workspace holds, refused above `max_bytes`
+    (`contrast.boundedfile`): `--share /dev/zero` is one line, not a MemoryError."""
     try:
-        return path.read_bytes()
+        return read_bounded(path, max_bytes, what=f"the {what}", hint=hint)
     except OSError as error:
         raise WorkspaceError(f"cannot read {what} {path}: {error.strerror}", hint=hint) from None
 
@@ -93,7 +99,9 @@ def load_seedshare_owner_public_key(path: Path) -> rsa.RSAPublicKey:
 
 
 def _load_private_key(path: Path, what: str, *, validate: bool = True) -> object:
-    data = read_file(path, what)
+    data = read_file(
+        path, what, PEM_MAX_BYTES, hint="pass the PEM key file contrast generate created"
+    )
     try:
         return serialization.load_pem_private_key(
             data, password=None, unsafe_skip_rsa_key_validation=not validate
