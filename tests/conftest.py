@@ -15,6 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.imagebuild.builder import BuiltImages, build_into
+from tests.kube.cluster import kube_cluster  # noqa: F401 - the session fixture of the real cluster
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
