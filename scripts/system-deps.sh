@@ -3,7 +3,9 @@
 # chains), docker-registry (images for `generate`), containerd and runc (check the configs the node
 # installer writes, and run the release images), cryptsetup-bin (veritysetup), mmdebstrap (builds the
 # images' root file system), skopeo (pushes them to the registry), umoci (reads our OCI layout as a
-# second, independent implementation). Only missing commands are installed; needs root for apt-get.
+# second, independent implementation); for the test cluster (scripts/cluster.sh): the CNI plugins,
+# iptables (kube-proxy), curl, and busybox-static (the userland of its smoke test's pod image). Only
+# missing commands are installed; needs root for apt-get.
 set -euo pipefail
 declare -A packages=(
     [openssl]=openssl
@@ -14,6 +16,10 @@ declare -A packages=(
     [mmdebstrap]=mmdebstrap
     [skopeo]=skopeo
     [umoci]=umoci
+    [/usr/lib/cni/bridge]=containernetworking-plugins
+    [iptables]=iptables
+    [curl]=curl
+    [busybox]=busybox-static
 )
 missing=()
 for command in "${!packages[@]}"; do
