@@ -178,14 +178,63 @@ def test_update_needs_a_listed_owner_signature(deployment: Deployment) -> None:
     )
     assert result.seed_shares is None
     assert coordinator.generation == 2
+    other = deployment.manifest(("coordinator", "client"))
     with pytest.raises(Conflict):
+        coordinator.set_manifest(
+            other,
+            deployment.documents(("coordinator", "client")),
+            previous_transition_hash=current,
+            owner_public_key=owner_key,
+            signature=sign_update(deployment.owner, other, current),
+        )
+
+
+def test_a_retried_update_that_made_the_head_is_answered_again_without_moving_it(
+    deployment: Deployment,
+) -> None:
+    """A response lost after the head moved (or a Coordinator killed there): the same update
+    sent again gets the same answer, and only with a signature that would have made it."""
+    coordinator, _, _ = ready(deployment)
+    current = coordinator.get_manifests().latest.transition_hash
+    names = ("coordinator", "web", "client")
+    updated, documents = deployment.manifest(names), deployment.documents(names)
+    owner_key = public_key_der(deployment.owner.public_key())
+    first = coordinator.set_manifest(
+        updated,
+        documents,
+        previous_transition_hash=current,
+        owner_public_key=owner_key,
+        signature=sign_update(deployment.owner, updated, current),
+    )
+    head = coordinator.get_manifests().latest
+    again = coordinator.set_manifest(
+        updated,
+        documents,
+        previous_transition_hash=current,
+        owner_public_key=owner_key,
+        signature=sign_update(deployment.owner, updated, current),
+    )
+    assert again == first
+    assert coordinator.get_manifests().latest == head
+    assert coordinator.generation == 2
+    stranger = ec.generate_private_key(ec.SECP384R1())
+    with pytest.raises(PermissionDenied, match="does not list as workload owner"):
+        coordinator.set_manifest(
+            updated,
+            documents,
+            previous_transition_hash=current,
+            owner_public_key=public_key_der(stranger.public_key()),
+            signature=sign_update(stranger, updated, current),
+        )
+    with pytest.raises(PermissionDenied, match="does not verify"):
         coordinator.set_manifest(
             updated,
             documents,
             previous_transition_hash=current,
             owner_public_key=owner_key,
-            signature=sign_update(deployment.owner, updated, current),
+            signature=sign_update(deployment.owner, updated, head.transition_hash),
         )
+    assert coordinator.get_manifests().latest == head
 
 
 def test_restart_needs_recovery_with_the_right_seed(deployment: Deployment) -> None:

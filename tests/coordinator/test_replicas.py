@@ -10,28 +10,32 @@ whose reference values do not match.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, x25519
 
 from contrast.atls.reportdata import public_key_der, report_data
-from contrast.coordinator.core import Coordinator, MeshCertificate, Mode
+from contrast.coordinator.core import Coordinator, MeshCertificate, Mode, SetManifestResult
 from contrast.coordinator.errors import (
     Conflict,
     EvidenceRefused,
     NotACoordinator,
+    NotReady,
     PermissionDenied,
     StoredStateDamaged,
 )
 from contrast.history.history import History, transition_hashes
-from contrast.history.store import FileSystemStore
+from contrast.history.store import FileSystemStore, Store
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import workload_verifier
 from tests.coordinator.conftest import Deployment
 from tests.kube.backends import StoreFactory
 
 ROUNDS = 100
+FIRST_ROUNDS = 20
 
 
 @pytest.fixture
@@ -119,6 +123,98 @@ def test_two_replicas_racing_on_set_manifest_leave_one_winner_and_one_chain(
     assert history.manifests == [deployment.manifest(), *winners]  # one chain, nothing lost
     assert transition_hashes(history.manifests)[-1] == history.latest.transition_hash
     assert first.generation == second.generation == ROUNDS + 1
+
+
+class RunsFirst:
+    """A replica's store that lets another's whole SetManifest run before its own first write."""
+
+    def __init__(self, store: Store, first: Callable[[], object]) -> None:
+        self._store = store
+        self._first: Callable[[], object] | None = first
+
+    def get(self, key: str) -> bytes | None:
+        return self._store.get(key)
+
+    def names(self, kind: str) -> list[str]:
+        return self._store.names(kind)
+
+    def describe(self, key: str) -> str:
+        return self._store.describe(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._before_write()
+        self._store.put(key, value)
+
+    def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
+        self._before_write()
+        self._store.compare_and_swap(key, expected, value)
+
+    def _before_write(self) -> None:
+        first, self._first = self._first, None
+        if first is not None:
+            first()
+
+
+def loser_recovers_to_the_winner(
+    deployment: Deployment, loser: Coordinator, winner: SetManifestResult
+) -> None:
+    """The loser of a first-manifest race is in recovery mode and recovers to the winner's state."""
+    assert loser.mode is Mode.RECOVERY
+    assert winner.seed_shares is not None
+    loser.recover(winner.seed_shares.decrypt(deployment.seedshare), winner.seed_shares.salt)
+    history = loser.get_manifests()
+    assert history.manifests == [deployment.manifest()]
+    assert (history.root_ca, history.mesh_ca) == (winner.root_ca, winner.mesh_ca)
+    assert certificate(deployment, loser, "web").mesh_ca == winner.mesh_ca
+
+
+def test_the_loser_of_a_race_on_the_same_first_manifest_is_aborted_and_gets_the_winners_state(
+    deployment: Deployment, new_store: StoreFactory
+) -> None:
+    """Issue 24 item 6: the loser, which writes the same transition after the winner (with a
+    seed of its own), used to find the winner's sealed CA there and answer DATA_LOSS."""
+    winner, results = replica(new_store), []
+
+    def win() -> None:
+        results.append(winner.set_manifest(deployment.manifest(), deployment.documents()))
+
+    loser = Coordinator(History(RunsFirst(new_store(), win)), verifier_for=workload_verifier)
+    with pytest.raises(Conflict, match="changed concurrently"):
+        loser.set_manifest(deployment.manifest(), deployment.documents())
+    loser_recovers_to_the_winner(deployment, loser, results[0])
+
+
+def race_on_the_first_manifest(
+    deployment: Deployment, new_store: StoreFactory
+) -> tuple[list[SetManifestResult], list[tuple[Coordinator, Exception]]]:
+    """Two fresh replicas get the same first manifest at the same moment."""
+    barrier = threading.Barrier(2)
+    won: list[SetManifestResult] = []
+    lost: list[tuple[Coordinator, Exception]] = []
+
+    def attempt(coordinator: Coordinator) -> None:
+        barrier.wait()
+        try:
+            won.append(coordinator.set_manifest(deployment.manifest(), deployment.documents()))
+        except (Conflict, NotReady) as error:  # NotReady: it saw the winner's head first
+            lost.append((coordinator, error))
+
+    threads = [threading.Thread(target=attempt, args=(replica(new_store),)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return won, lost
+
+
+def test_replicas_racing_on_the_same_first_manifest_leave_one_winner(
+    deployment: Deployment, tmp_path: Path
+) -> None:
+    for round_number in range(FIRST_ROUNDS):
+        state = tmp_path / f"round-{round_number}"
+        won, lost = race_on_the_first_manifest(deployment, partial(FileSystemStore, state))
+        assert len(won) == len(lost) == 1, (won, lost)
+        loser_recovers_to_the_winner(deployment, lost[0][0], won[0])
 
 
 def test_a_replica_follows_a_manifest_set_through_another_before_its_next_certificate(

@@ -12,7 +12,7 @@ import threading
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from contrast.ca.sealed import unseal
+from contrast.ca.sealed import sealer_id, unseal
 from contrast.history.errors import (
     BadSignature,
     ConcurrentUpdate,
@@ -155,9 +155,26 @@ def test_an_entry_of_one_mib_is_stored_and_one_byte_more_is_refused(
 
 def test_a_sealed_authority_is_written_once(new_store: StoreFactory) -> None:
     history = History(new_store())
-    transition = b"\x01" * 32
-    assert history.put_authority(transition, b"first") == b"first"
-    assert History(new_store()).put_authority(transition, b"second") == b"first"
-    assert history.get_authority(transition) == b"first"
+    transition, sealer = b"\x01" * 32, b"\x02" * 16
+    assert history.put_authority(transition, b"first", sealer=sealer) == b"first"
+    assert History(new_store()).put_authority(transition, b"second", sealer=sealer) == b"first"
+    assert history.get_authority(transition, sealer=sealer) == b"first"
     with pytest.raises(DamagedEntry, match="sealed CA"):
         unseal(b"k" * 32, transition, b"first", KEY)
+
+
+def test_each_seed_seals_a_transitions_authority_in_a_slot_of_its_own(
+    new_store: StoreFactory,
+) -> None:
+    """Two seeds reach one first transition (a retry after a crash, two replicas racing): the
+    CA one seals is never in the other's way, and each reads back only its own."""
+    history = History(new_store())
+    transition = b"\x01" * 32
+    ours, theirs = sealer_id(b"a" * 32), sealer_id(b"b" * 32)
+    assert ours != theirs
+    assert history.put_authority(transition, b"lost seed's", sealer=theirs) == b"lost seed's"
+    assert history.get_authority(transition, sealer=ours) is None
+    assert history.put_authority(transition, b"ours", sealer=ours) == b"ours"
+    assert History(new_store()).get_authority(transition, sealer=ours) == b"ours"
+    assert History(new_store()).get_authority(transition, sealer=theirs) == b"lost seed's"
+    assert len(history.names("authorities")) == 2

@@ -6,11 +6,21 @@ state is stored beside its transition, sealed with AES-256-GCM under a seed-deri
 (`SeedEngine.authority_sealing_key`), the transition hash as associated data, so an entry cannot
 be moved to another state; only a holder of the seed can open it, and any change is detected.
 
+Each seed seals into a slot of its own (`sealer_id`, named beside the transition hash in the
+history): two seeds can reach the same transition, since the first manifest's transition hash is
+the manifest's alone. A first SetManifest killed after its CA was sealed leaves one for a seed
+that died with the process; the retry's new seed, or the loser of two replicas racing on the same
+first manifest, must not find that one in its place (it would not open: the state would be taken
+for damaged). An entry in another seed's slot is never read, so no one without the seed can put a
+CA where a Coordinator takes it from: a slot holds only what opens with its seed's key.
+
 Layout: `0x01 ‖ 12-byte nonce ‖ AES-GCM(mesh key PKCS#8 PEM ‖ root ‖ intermediate ‖ mesh CA PEM)`.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 
 from cryptography import x509
@@ -25,6 +35,16 @@ from contrast.history.errors import DamagedEntry
 FORMAT = b"\x01"
 NONCE_SIZE = 12
 _ASSOCIATED_PREFIX = b"contrast sealed authority\x00"
+_SEALER_LABEL = b"contrast sealed authority sealer"
+SEALER_ID_SIZE = 16
+
+
+def sealer_id(key: bytes) -> bytes:
+    """The public name of the seed whose sealing `key` seals a CA: the slot it seals into.
+
+    An HMAC of a fixed label under the key: it tells seeds apart and reveals nothing of the key.
+    """
+    return hmac.new(key, _SEALER_LABEL, hashlib.sha256).digest()[:SEALER_ID_SIZE]
 
 
 def seal(key: bytes, transition_hash: bytes, authority: CertificateAuthority) -> bytes:

@@ -31,7 +31,7 @@ from contrast.atls.reportdata import report_data
 from contrast.attestation.errors import AttestationError
 from contrast.attestation.evidence import Evidence
 from contrast.ca.authority import CertificateAuthority
-from contrast.ca.sealed import seal, unseal
+from contrast.ca.sealed import seal, sealer_id, unseal
 from contrast.coordinator.errors import (
     Conflict,
     EvidenceRefused,
@@ -294,6 +294,15 @@ class Coordinator:
             if self._recovering:
                 raise NotReady("the Coordinator is in recovery mode", hint="run contrast recover")
             state = self._state
+            if state is not None and self._made_the_head(
+                state,
+                manifest_bytes=manifest_bytes,
+                previous_transition_hash=previous_transition_hash,
+                owner_public_key=owner_public_key,
+                signature=signature,
+            ):
+                authority = state.authority
+                return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, None)
             # Once a manifest is set, only its owners may send one: their signature over the raw
             # bytes is checked before anything parses them.
             if state is not None:
@@ -372,6 +381,46 @@ class Coordinator:
             )
         return manifest, verifier, documents
 
+    def _made_the_head(
+        self,
+        state: State,
+        *,
+        manifest_bytes: bytes,
+        previous_transition_hash: bytes,
+        owner_public_key: bytes,
+        signature: bytes,
+    ) -> bool:
+        """Whether this update is the one that made the head: a retry of an answer that was lost.
+
+        A Coordinator killed after the head moved, or a response lost on the way, leaves the
+        owner without an answer; sent again, the same update finds its own transition at the
+        head. It is answered as it was, and the head does not move again, if its signature
+        verifies for the transition it followed, with the owner keys of that one's manifest.
+        The first manifest is never answered twice: its seed shares went out once.
+        """
+        if not previous_transition_hash or previous_transition_hash == ZERO_HASH:
+            return False
+        made = Transition(digest(manifest_bytes), previous_transition_hash).digest
+        if made != state.latest.transition_hash:
+            return False
+        try:
+            followed = self._history.get_transition(previous_transition_hash)
+            (_, owners), *_ = self._read_manifests([followed])
+        except HistoryError as error:
+            raise stored_state_error(error) from None
+        try:
+            verify_update(
+                owner_public_key,
+                signature,
+                manifest_bytes,
+                previous_transition_hash,
+                allowed_digests=owners.workload_owner_key_digests,
+            )
+        except OwnershipError as error:
+            raise PermissionDenied(error.message, hint=error.hint) from None
+        log.info("answered a retried update that had already moved the head")
+        return True
+
     def _authorize_update(
         self,
         state: State,
@@ -426,12 +475,13 @@ class Coordinator:
         moves, so every replica (and this one after a restart) serves the same mesh CA.
         """
         key = seed.authority_sealing_key()
-        sealed = self._history.get_authority(transition_hash)
+        sealer = sealer_id(key)
+        sealed = self._history.get_authority(transition_hash, sealer=sealer)
         if sealed is None:
             mesh_key = ec.generate_private_key(ec.SECP384R1())
             minted = CertificateAuthority.create(seed.root_ca_key, mesh_key, now=self._clock())
             sealed = self._history.put_authority(
-                transition_hash, seal(key, transition_hash, minted)
+                transition_hash, seal(key, transition_hash, minted), sealer=sealer
             )
         return unseal(key, transition_hash, sealed, seed.root_ca_key)
 

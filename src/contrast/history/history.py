@@ -6,16 +6,18 @@ Layout (as the original's `internal/history`):
   previous hash being 32 zero bytes, so the transitions form a hash chain;
 - `transitions/latest` → `TransitionHash ‖ ECDSA-P384 signature over that raw hash` with the
   seed-derived transaction signing key;
-- `authorities/<transition hash>` → that state's CA (mesh CA key and certificates), sealed with a
-  seed-derived key (`contrast.ca.sealed`). Beyond the original: every replica, and every restart,
-  serves one manifest with the same mesh CA, so workloads certified by different replicas trust
-  each other, and no Coordinator has to be alive to hand the mesh CA key over.
+- `authorities/<transition hash>-<sealer>` → that state's CA (mesh CA key and certificates),
+  sealed with a seed-derived key (`contrast.ca.sealed`), in the slot of that seed (`sealer_id`).
+  Beyond the original: every replica, and every restart, serves one manifest with the same mesh
+  CA, so workloads certified by different replicas trust each other, and no Coordinator has to be
+  alive to hand the mesh CA key over.
 
 No entry may exceed `MAXIMUM_ENTRY_SIZE` (1 MiB, what a ConfigMap holds), in any backend, so a
 history can move between backends.
 
 Entries are written before the head and the head is replaced by compare-and-swap, so a crash at any
-point leaves the old head (plus unreferenced entries) or the new one. Every read re-hashes, and the
+point leaves the old head (plus unreferenced entries, a CA sealed by a seed that died with its
+process among them) or the new one. Every read re-hashes, and the
 head's signature is checked, so tampering shows up as an error, never as a silently different
 state.
 """
@@ -125,6 +127,10 @@ class LatestTransition:
             ) from None
 
 
+def _authority_key(transition_hash: bytes, sealer: bytes) -> str:
+    return f"authorities/{transition_hash.hex()}-{sealer.hex()}"
+
+
 def transition_hashes(manifests: list[bytes]) -> list[bytes]:
     """The transition hashes of the history that holds `manifests` (oldest first), in order.
 
@@ -227,18 +233,20 @@ class History:
         )
         return latest
 
-    def get_authority(self, transition_hash: bytes) -> bytes | None:
-        """The sealed CA of the state at `transition_hash`, if one was stored."""
-        return self.store.get(f"authorities/{transition_hash.hex()}")
+    def get_authority(self, transition_hash: bytes, *, sealer: bytes) -> bytes | None:
+        """The CA of the state at `transition_hash` sealed by the seed `sealer` names, if stored."""
+        return self.store.get(_authority_key(transition_hash, sealer))
 
-    def put_authority(self, transition_hash: bytes, sealed: bytes) -> bytes:
-        """Store the sealed CA of a state unless one is there; the one that is there after.
+    def put_authority(self, transition_hash: bytes, sealed: bytes, *, sealer: bytes) -> bytes:
+        """Store a state's CA sealed by `sealer` unless one is there; the one that is there after.
 
-        Two replicas setting the same manifest at once mint two CAs for one transition: the first
-        write wins and both use it, so a transition never has two mesh CAs.
+        Two replicas setting the same update at once mint two CAs for one transition: the first
+        write wins and both use it, so a transition never has two mesh CAs. Replicas with
+        different seeds (racing on the first manifest) write to different slots, and only the slot
+        of the seed that signed the head is ever read.
         """
         check_size("sealed CA", sealed)
-        key = f"authorities/{transition_hash.hex()}"
+        key = _authority_key(transition_hash, sealer)
         try:
             self.store.compare_and_swap(key, None, sealed)
         except ConcurrentUpdate:

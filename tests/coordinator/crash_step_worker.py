@@ -1,0 +1,115 @@
+"""Sends one SetManifest and kills itself right after its N-th store write: test_crash_steps.py's.
+
+Usage: python -m tests.coordinator.crash_step_worker STATE_DIR TEE_DIR KEYS_DIR first|update N
+
+`first` sets the first manifest on an empty state; `update` recovers with KEYS_DIR's seed shares,
+then sends the owner's update. Each write the request makes is printed (its key) before the next;
+the N-th is followed by SIGKILL, so nothing after it runs (no finally, no flush, no response).
+Exit status 0 and `done` mean the request made fewer than N writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from contrast.atls.reportdata import public_key_der
+from contrast.attestation.emulated.snp import EmulatedSnp
+from contrast.coordinator.core import Coordinator, SetManifestResult
+from contrast.history.history import History
+from contrast.history.store import FileSystemStore, Store
+from contrast.manifest.ownership import sign_update
+from contrast.manifest.verifier import workload_verifier
+from contrast.seed.shares import SeedShareDocument
+from tests.coordinator.conftest import Deployment, policy
+
+UPDATED = ("coordinator", "web", "client")
+SHARES = "seed-shares.json"
+
+
+class DiesAfterWrites:
+    """A store whose process dies by SIGKILL right after its `limit`-th write once armed."""
+
+    def __init__(self, store: Store, limit: int) -> None:
+        self._store = store
+        self._limit = limit
+        self._writes = 0
+        self.armed = False
+
+    def get(self, key: str) -> bytes | None:
+        return self._store.get(key)
+
+    def names(self, kind: str) -> list[str]:
+        return self._store.names(kind)
+
+    def describe(self, key: str) -> str:
+        return self._store.describe(key)
+
+    def put(self, key: str, value: bytes) -> None:
+        self._store.put(key, value)
+        self._wrote(key)
+
+    def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
+        self._store.compare_and_swap(key, expected, value)
+        self._wrote(key)
+
+    def _wrote(self, key: str) -> None:
+        if not self.armed:
+            return
+        self._writes += 1
+        print(key, flush=True)
+        if self._writes == self._limit:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def load_deployment(state_dir: Path, tee_dir: Path, keys: Path) -> Deployment:
+    owner = serialization.load_pem_private_key((keys / "owner.pem").read_bytes(), None)
+    seedshare = serialization.load_pem_private_key((keys / "seedshare.pem").read_bytes(), None)
+    assert isinstance(owner, ec.EllipticCurvePrivateKey)
+    assert isinstance(seedshare, rsa.RSAPrivateKey)
+    policies = {name: policy(name) for name in UPDATED}
+    return Deployment(EmulatedSnp(tee_dir), owner, seedshare, policies, state_dir)
+
+
+def send(
+    coordinator: Coordinator, deployment: Deployment, kind: str, previous: bytes
+) -> SetManifestResult:
+    """The request of `kind`: the same manifest, previous transition and signer on every try."""
+    if kind == "first":
+        return coordinator.set_manifest(deployment.manifest(), deployment.documents())
+    manifest = deployment.manifest(UPDATED)
+    return coordinator.set_manifest(
+        manifest,
+        deployment.documents(UPDATED),
+        previous_transition_hash=previous,
+        owner_public_key=public_key_der(deployment.owner.public_key()),
+        signature=sign_update(deployment.owner, manifest, previous),
+    )
+
+
+def recover(coordinator: Coordinator, deployment: Deployment, keys: Path) -> None:
+    document = SeedShareDocument.from_json((keys / SHARES).read_bytes())
+    coordinator.recover(document.decrypt(deployment.seedshare), document.salt)
+
+
+def main(state_dir: Path, tee_dir: Path, keys: Path, kind: str, limit: int) -> None:
+    deployment = load_deployment(state_dir, tee_dir, keys)
+    store = DiesAfterWrites(FileSystemStore(state_dir), limit)
+    coordinator = Coordinator(History(store), verifier_for=workload_verifier)
+    previous = b""
+    if kind == "update":
+        recover(coordinator, deployment, keys)
+        previous = coordinator.get_manifests().latest.transition_hash
+    store.armed = True
+    send(coordinator, deployment, kind, previous)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    state, tee, keys = (Path(argument) for argument in sys.argv[1:4])
+    main(state, tee, keys, sys.argv[4], int(sys.argv[5]))
