@@ -8,8 +8,8 @@ the head moved once, the mesh CA it answers issues certificates that chain to it
 recovers to the same head and mesh CA.
 
 The first manifest's seed exists only in the process until its response carries the shares: a
-death after its head moved leaves a history nobody can open (the README says so), and the retry
-is told the Coordinator is in recovery mode.
+death after its head moved leaves a history nobody can open, and the retry is told so
+(`Coordinator._recovery_hint`).
 """
 
 from __future__ import annotations
@@ -93,8 +93,10 @@ def retry_after_death(
         recover(coordinator, deployment, keys)
     elif committed:  # the seed died with the process that made it
         assert coordinator.mode is Mode.RECOVERY
-        with pytest.raises(NotReady, match="recovery mode"):
+        with pytest.raises(NotReady, match="recovery mode") as refused:
             send(coordinator, deployment, kind, previous)
+        assert "the first of the stored history" in refused.value.explain()
+        assert "never answered, its seed was lost" in refused.value.explain()
         return
     else:
         assert coordinator.mode is Mode.NO_MANIFEST

@@ -292,7 +292,10 @@ class Coordinator:
         with self._lock:
             self._notice_history()
             if self._recovering:
-                raise NotReady("the Coordinator is in recovery mode", hint="run contrast recover")
+                raise NotReady(
+                    "the Coordinator is in recovery mode",
+                    hint=self._recovery_hint(manifest_bytes, previous_transition_hash),
+                )
             state = self._state
             if state is not None and self._made_the_head(
                 state,
@@ -362,6 +365,32 @@ class Coordinator:
             )
             authority = self._state.authority
         return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
+
+    def _recovery_hint(self, manifest_bytes: bytes, previous_transition_hash: bytes) -> str:
+        """What to do, and for a first manifest that the stored history starts with, why.
+
+        A Coordinator killed after the first manifest's head moved took the only copy of the
+        seed with it if the response with the seed shares never left: the same request sent
+        again meets the history that seed signed, and nothing can open it.
+        """
+        hint = "run contrast recover"
+        if previous_transition_hash not in (b"", ZERO_HASH):
+            return hint
+        try:
+            head = self._history.get_latest_unverified()
+        except HistoryError:
+            return hint
+        if (
+            head is None
+            or head.transition_hash != Transition(digest(manifest_bytes), ZERO_HASH).digest
+        ):
+            return hint
+        return (
+            "this manifest is the first of the stored history, set before the Coordinator"
+            " restarted: run contrast recover with the seed shares that set answered; if that set"
+            " never answered, its seed was lost with the Coordinator and only a new, empty state"
+            " takes this manifest as a first one again"
+        )
 
     def _read_request(
         self, manifest_bytes: bytes, policies: Sequence[bytes]
