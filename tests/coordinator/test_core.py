@@ -329,3 +329,32 @@ def test_a_malformed_vcek_is_a_counted_attestation_failure(
         "contrast_meshapi_attestation_failures_total"
     )
     assert failures == 1
+
+
+def test_a_ca_sealed_by_another_seed_for_the_same_transition_is_never_served(
+    deployment: Deployment, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Two deployments of one first manifest share its transition hash. An attacker who holds
+    the other one's seed (so knows its mesh CA key) and can write this one's store puts that CA
+    in this seed's slot: it does not open with this seed, and a restart refuses the state
+    instead of serving it. In the other seed's slot, where it is harmless, it is ignored."""
+    first, seed, salt = ready(deployment)
+    mesh_ca = first.get_manifests().mesh_ca
+    other = replace(deployment, state_dir=tmp_path_factory.mktemp("other") / "state")
+    ready(other)
+    ours = list((deployment.state_dir / "authorities").iterdir())
+    theirs = list((other.state_dir / "authorities").iterdir())
+    assert len(ours) == len(theirs) == 1
+    assert ours[0].name.split("-")[0] == theirs[0].name.split("-")[0]  # one transition
+    assert ours[0].name != theirs[0].name  # two slots
+
+    shutil.copy(theirs[0], deployment.state_dir / "authorities" / theirs[0].name)
+    restarted = deployment.coordinator()
+    restarted.recover(seed, salt)
+    assert restarted.get_manifests().mesh_ca == mesh_ca
+
+    shutil.copy(theirs[0], ours[0])
+    restarted = deployment.coordinator()
+    with pytest.raises(StoredStateDamaged, match="does not open with this seed"):
+        restarted.recover(seed, salt)
+    assert restarted.mode is Mode.RECOVERY
