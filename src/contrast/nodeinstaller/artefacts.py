@@ -11,9 +11,11 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+from contextlib import ExitStack
 from pathlib import Path
 
 from contrast.nodeinstaller.errors import ArtefactError
+from contrast.nodeinstaller.hostroot import Location, kind_of, opened_file
 from contrast.nodeinstaller.runtime import Artefact, RuntimeDescription, file_digest
 
 _CHUNK = 1 << 20
@@ -61,22 +63,36 @@ def verify_artefacts(description: RuntimeDescription, directory: Path) -> None:
         )
 
 
-def is_installed(artefact: Artefact, path: Path) -> bool:
-    """Whether `path` already holds exactly this artefact with its mode (a re-run skips it)."""
-    try:
-        mode = stat.S_IMODE(path.lstat().st_mode)
-    except OSError:
+def is_installed(artefact: Artefact, location: Location) -> bool:
+    """Whether the host file at `location` is exactly this artefact with its mode (a re-run
+    skips it); a link there is not, and is replaced by the file."""
+    if kind_of(location) != "file":
         return False
-    return mode == artefact.mode and problem(artefact, path) is None
+    with opened_file(location) as descriptor:
+        if descriptor is None:
+            return False
+        status = os.fstat(descriptor)
+        if stat.S_IMODE(status.st_mode) != artefact.mode or status.st_size != artefact.size:
+            return False
+        hasher = hashlib.sha256()
+        while chunk := os.read(descriptor, _CHUNK):
+            hasher.update(chunk)
+        return hasher.hexdigest() == artefact.sha256
 
 
-def copy_artefact(artefact: Artefact, source: Path, destination: Path) -> None:
-    """Copy `source` to the new file `destination` with the artefact's mode, checking its digest."""
+def copy_artefact(artefact: Artefact, source: Path, directory: int, name: str) -> None:
+    """Copy `source` to the new file `name` in `directory` with the artefact's mode, checking its
+    digest."""
     hasher = hashlib.sha256()
-    descriptor = os.open(destination, os.O_WRONLY | os.O_CREAT | os.O_EXCL, artefact.mode)
     try:
-        os.fchmod(descriptor, artefact.mode)
-        with source.open("rb") as reader, os.fdopen(descriptor, "wb") as writer:
+        with ExitStack() as files:
+            reader = files.enter_context(source.open("rb"))
+            descriptor = os.open(
+                name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                artefact.mode, dir_fd=directory,
+            )  # fmt: skip
+            writer = files.enter_context(os.fdopen(descriptor, "wb"))
+            os.fchmod(descriptor, artefact.mode)
             while chunk := reader.read(_CHUNK):
                 hasher.update(chunk)
                 writer.write(chunk)

@@ -87,16 +87,21 @@ def runtime_table_path(version: int, handler: str) -> tuple[str, ...]:
     return (*containerd_table_path(version), "runtimes", handler)
 
 
-def patch_containerd_config(text: str | None, runtime: ContainerdRuntime) -> PatchedConfig:
-    """`text` (None: no file yet) with `runtime`'s table added or replaced; pure, writes nothing."""
+def patch_containerd_config(
+    text: str | None, runtime: ContainerdRuntime, *, source: str = "containerd config"
+) -> PatchedConfig:
+    """`text` (None: no file yet) with `runtime`'s table added or replaced; pure, writes nothing.
+
+    `source` names the file in error messages.
+    """
     if text is None:
         base = f"version = {NEW_CONFIG_VERSION}\n"
-        return _append(base, _parse(base), NEW_CONFIG_VERSION, runtime)
-    parsed = _parse(text)
+        return _append(base, _parse(base, source), NEW_CONFIG_VERSION, runtime)
+    parsed = _parse(text, source)
     if not parsed:
         # Empty or comments only: containerd would read version 1; declare version 2 instead.
         base = _with_final_newline(text) + f"version = {NEW_CONFIG_VERSION}\n"
-        return _append(base, _parse(base), NEW_CONFIG_VERSION, runtime)
+        return _append(base, _parse(base, source), NEW_CONFIG_VERSION, runtime)
     version = _version(parsed)
     path = runtime_table_path(version, runtime.handler)
     existing = _lookup(parsed, path)
@@ -106,12 +111,12 @@ def patch_containerd_config(text: str | None, runtime: ContainerdRuntime) -> Pat
     return _append(base, parsed, version, runtime)
 
 
-def _parse(text: str) -> dict[str, Any]:
+def _parse(text: str, source: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise ContainerdConfigError(
-            f"containerd config is not valid TOML: {error}",
+            f"{source} is not valid TOML: {error}",
             hint="fix the file; containerd itself would refuse it",
         ) from error
 

@@ -8,24 +8,25 @@
    one by one. The install directory is named after the runtime's content hash, so no running
    VM uses a file that changes here; a re-run after a crash finishes the job.
 3. containerd's config is written last, when everything it points at exists: atomically, after a
-   backup `<config>.<unix time>.bak` of the old bytes, and only if its bytes change.
+   backup `<config>.<unix time>.bak` of the old bytes, and only if its bytes change. A config
+   that is a symlink is written at its target (backup beside the target), the link stays.
 4. containerd is restarted only when its config changed, or when an earlier run changed it but
    could not restart (a `.restart-pending` marker in the install directory remembers that; the
    original compares the unit's start time with the config's mtime instead).
+
+Every host path is resolved inside the host root as the node sees it (`hostroot`): a link to
+`/etc/containerd/real.toml` or an `/opt` that links elsewhere stays inside `--host-root`.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import stat
-import tempfile
+import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from contrast.files import write_atomically
 from contrast.nodeinstaller.artefacts import (
     copy_artefact,
     is_installed,
@@ -34,6 +35,16 @@ from contrast.nodeinstaller.artefacts import (
 )
 from contrast.nodeinstaller.containerdconfig import ContainerdRuntime, patch_containerd_config
 from contrast.nodeinstaller.errors import ContainerdConfigError, NodeInstallerError
+from contrast.nodeinstaller.hostroot import (
+    HostPathError,
+    Location,
+    Resolver,
+    kind_of,
+    mode_of,
+    read_file,
+    write_atomically,
+    write_new,
+)
 from contrast.nodeinstaller.kataconfig import render_kata_config, render_template
 from contrast.nodeinstaller.restart import (
     SYSTEMD_DBUS_RESTART,
@@ -79,6 +90,7 @@ class InstallReport:
     install_dir: str
     written: tuple[str, ...]  # artefacts and Kata config that were (re)written
     containerd_config: str
+    containerd_config_target: str  # the file written: the config, or where its links lead
     config_changed: bool
     backup: str | None
     restarted: bool
@@ -120,9 +132,18 @@ def install_runtime(
         raise NodeInstallerError(
             f"the runtime description is for {description.platform}, not {platform.name}"
         )
-    host = request.host_root
-    if not host.is_dir():
-        raise NodeInstallerError(f"host root {host} is not a directory")
+    with Resolver(request.host_root) as host:
+        return _install(request, description, host, runner, now)
+
+
+def _install(
+    request: InstallRequest,
+    description: RuntimeDescription,
+    host: Resolver,
+    runner: Runner,
+    now: Callable[[], float],
+) -> InstallReport:
+    platform = request.platform
     name = runtime_name_of(platform, description)
     install_dir = PurePosixPath(INSTALL_ROOT) / name
 
@@ -143,8 +164,7 @@ def install_runtime(
     shim = description.by_role(ArtefactRole.SHIM)
     assert shim is not None
     config = PurePosixPath("/" + request.target.containerd_config_path)
-    config_file = _on_host(host, config)
-    old_config = _read_config(config_file)
+    old_config, config_target = _read_config(host, config)
     patched = patch_containerd_config(
         None if old_config is None else old_config.decode(),
         ContainerdRuntime(
@@ -153,6 +173,7 @@ def install_runtime(
             kata_config_path=str(kata_config),
             gpu=platform.gpu,
         ),
+        source=f"containerd config {_shown(config, config_target)}",
     )
 
     # 2. Files, staged next to their install directory and renamed into place.
@@ -166,16 +187,22 @@ def install_runtime(
     )
 
     # 3. containerd's config, last.
-    marker = _on_host(host, install_dir / RESTART_PENDING)
+    marker = host.resolve(install_dir / RESTART_PENDING, follow=False, create=True)
     backup = None
     if patched.changed:
         write_atomically(marker, f"{config}\n".encode(), mode=CONFIG_MODE)
+        target = host.resolve(config, follow=True, create=True)
+        config_target = target.path
         mode = CONFIG_MODE
         if old_config is not None:
-            mode = stat.S_IMODE(config_file.stat().st_mode)
-            backup = f"{config}.{int(now())}.bak"
-            write_atomically(_on_host(host, PurePosixPath(backup)), old_config, mode=mode)
-        write_atomically(config_file, patched.text.encode(), mode=mode)
+            mode = mode_of(target)
+            name_of_backup = f"{target.name}.{int(now())}.bak"
+            backup_location = Location(
+                target.directory, name_of_backup, target.path.with_name(name_of_backup)
+            )
+            write_atomically(backup_location, old_config, mode=mode)
+            backup = str(backup_location.path)
+        write_atomically(target, patched.text.encode(), mode=mode)
 
     # 4. Restart, if containerd has not read the config as it now is.
     restarted, unit, reason = _restart(request, marker, runner)
@@ -185,6 +212,7 @@ def install_runtime(
         install_dir=str(install_dir),
         written=written,
         containerd_config=str(config),
+        containerd_config_target=str(config_target),
         config_changed=patched.changed,
         backup=backup,
         restarted=restarted,
@@ -193,85 +221,128 @@ def install_runtime(
     )
 
 
-def _on_host(host: Path, path: PurePosixPath) -> Path:
-    return host / str(path).lstrip("/")
+def _shown(path: PurePosixPath, target: PurePosixPath) -> str:
+    return str(path) if path == target else f"{path} (-> {target})"
 
 
-def _read_config(path: Path) -> bytes | None:
+def _read_config(host: Resolver, config: PurePosixPath) -> tuple[bytes | None, PurePosixPath]:
+    """containerd's config (None: no file yet) and where it is once its links are followed."""
     try:
-        data = path.read_bytes()
+        location = host.resolve(config, follow=True)
     except FileNotFoundError:
-        return None
+        return None, config  # a directory on the way is missing: the config is new
+    shown = _shown(config, location.path)
+    try:
+        data = read_file(location)
+    except HostPathError as error:
+        raise ContainerdConfigError(f"containerd config {shown}: {error}") from None
     except OSError as error:
-        raise ContainerdConfigError(f"cannot read containerd config {path}: {error}") from error
+        raise ContainerdConfigError(
+            f"cannot read containerd config {shown}: {error.strerror or error}"
+        ) from None
+    if data is None:
+        return None, location.path
     try:
         data.decode()
     except UnicodeDecodeError as error:
-        raise ContainerdConfigError(f"containerd config {path} is not UTF-8: {error}") from error
-    return data
+        raise ContainerdConfigError(f"containerd config {shown} is not UTF-8: {error}") from None
+    return data, location.path
+
+
+def _located(host: Resolver, path: PurePosixPath, *, follow: bool) -> Location | None:
+    """Where `path` is, or None if a directory on the way is missing (so is the file)."""
+    try:
+        return host.resolve(path, follow=follow)
+    except FileNotFoundError:
+        return None
 
 
 def _install_files(
     *,
-    host: Path,
+    host: Resolver,
     install_dir: PurePosixPath,
     description: RuntimeDescription,
     source: Path,
     kata_config: PurePosixPath,
     kata_bytes: bytes,
 ) -> tuple[str, ...]:
-    pending = [
-        artefact
-        for artefact in description.artefacts
-        if not is_installed(artefact, _on_host(host, install_dir / artefact.relative_path))
-    ]
-    kata_file = _on_host(host, kata_config)
-    kata_pending = not _holds(kata_file, kata_bytes, CONFIG_MODE)
+    pending = []
+    for artefact in description.artefacts:
+        location = _located(host, install_dir / artefact.relative_path, follow=False)
+        if location is None or not is_installed(artefact, location):
+            pending.append(artefact)
     kata_inside = kata_config.is_relative_to(install_dir)
+    # A config of our own install directory is replaced like an artefact; one elsewhere (an
+    # overridden Kata config path) is the node's file, written where its links lead.
+    kata_file = _located(host, kata_config, follow=not kata_inside)
+    kata_pending = kata_file is None or not _holds(kata_file, kata_bytes, CONFIG_MODE)
     if not pending and not kata_pending:
         return ()
-    parent = _on_host(host, install_dir.parent)
-    parent.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{install_dir.name}.staging-", dir=parent))
+    parent, _ = host.directory(install_dir.parent, create=True)
+    staging = f".{install_dir.name}.staging-{secrets.token_hex(4)}"
+    os.mkdir(staging, 0o700, dir_fd=parent)
     try:
-        moves: list[tuple[Path, Path, str]] = []
+        staged_in, _ = host.directory(install_dir.parent / staging, create=False)
+        moves: list[tuple[str, PurePosixPath]] = []
         for index, artefact in enumerate(pending):
-            staged = staging / str(index)
-            copy_artefact(artefact, source_path(source, artefact), staged)
-            installed = install_dir / artefact.relative_path
-            moves.append((staged, _on_host(host, installed), str(installed)))
+            copy_artefact(artefact, source_path(source, artefact), staged_in, str(index))
+            moves.append((str(index), install_dir / artefact.relative_path))
         if kata_pending and kata_inside:
-            staged = staging / "kata-config"
-            write_atomically(staged, kata_bytes, mode=CONFIG_MODE)
-            moves.append((staged, kata_file, str(kata_config)))
-        for staged, destination, _ in moves:
-            _make_directories(destination.parent)
-            os.replace(staged, destination)
+            write_new(staged_in, "kata-config", kata_bytes, CONFIG_MODE)
+            moves.append(("kata-config", kata_config))
+        for staged, destination in moves:
+            location = host.resolve(destination, follow=False, create=True)
+            try:
+                os.rename(
+                    staged, location.name, src_dir_fd=staged_in, dst_dir_fd=location.directory
+                )
+            except OSError as error:
+                raise NodeInstallerError(
+                    f"cannot install {destination} (at {location.path} in host root"
+                    f" {host.host_root}): {error.strerror or error}"
+                ) from None
+            os.fsync(location.directory)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    written = [shown for _, _, shown in moves]
+        _remove_staging(parent, staging)
+    written = [str(destination) for _, destination in moves]
     if kata_pending and not kata_inside:
         # An overridden Kata config path may be on another file system than the staging area.
-        write_atomically(kata_file, kata_bytes, mode=CONFIG_MODE)
+        target = host.resolve(kata_config, follow=True, create=True)
+        write_atomically(target, kata_bytes, mode=CONFIG_MODE)
         written.append(str(kata_config))
     return tuple(written)
 
 
-def _make_directories(path: Path) -> None:
-    path.mkdir(mode=DIRECTORY_MODE, parents=True, exist_ok=True)
-
-
-def _holds(path: Path, data: bytes, mode: int) -> bool:
+def _remove_staging(parent: int, staging: str) -> None:
+    """Remove the staging directory and what is left in it (it holds files only)."""
     try:
-        return stat.S_IMODE(path.lstat().st_mode) == mode and path.read_bytes() == data
-    except OSError:
+        descriptor = os.open(staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+    except FileNotFoundError:
+        return
+    try:
+        for entry in os.listdir(descriptor):
+            os.unlink(entry, dir_fd=descriptor)
+    finally:
+        os.close(descriptor)
+    os.rmdir(staging, dir_fd=parent)
+
+
+def _holds(location: Location, data: bytes, mode: int) -> bool:
+    """Whether the regular file at `location` holds `data` with `mode` (a link does not)."""
+    try:
+        return (
+            kind_of(location) == "file"
+            and mode_of(location) == mode
+            and (read_file(location) == data)
+        )
+    except (HostPathError, OSError):
         return False
 
 
 def _restart(
-    request: InstallRequest, marker: Path, runner: Runner
+    request: InstallRequest, marker: Location, runner: Runner
 ) -> tuple[bool, str | None, str | None]:
-    if not marker.exists():
+    if kind_of(marker) is None:
         return False, None, "containerd's config was already up to date"
     if not request.restart:
         return False, None, "restart disabled; restart containerd to use the runtime"
@@ -279,5 +350,5 @@ def _restart(
     if not request.target.units and any(UNIT_PLACEHOLDER in a for a in command):
         return False, None, "systemd-unit-name is empty; restart containerd to use the runtime"
     unit = restart_containerd(request.target.units, command=command, runner=runner)
-    marker.unlink()
+    os.unlink(marker.name, dir_fd=marker.directory)
     return True, unit, None
