@@ -16,7 +16,9 @@ The handler is `contrast-cc-<platform>-<8 hex>` from the description's content a
 source (`nodeinstaller.runtime`): a changed kernel byte is a new handler and new digests.
 
 Everything is read, checked and measured before the first write, so a release that lacks a file
-changes nothing. The payload is assembled in a scratch directory and renamed into place.
+changes nothing. The payload is assembled in a scratch directory and renamed into place. Release
+files are read through the descriptors `archive` opened without leaving the release, so the files
+measured and copied are the ones it checked.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from contrast.files import write_atomically
 from contrast.kata import cmdline, config, layout
 from contrast.kata.archive import KataRelease, open_release
 from contrast.kata.errors import KataReleaseError
+from contrast.kata.tree import ReleaseFile
 from contrast.kuberesource import release, yamlio
 from contrast.manifest import defaults
 from contrast.nodeinstaller.install import runtime_name_of
@@ -55,6 +58,7 @@ from contrast.nodeinstaller.runtime import (
 from contrast.platforms import Platform, Tee
 
 RUNTIMES = "runtimes"
+MAX_CONFIG_SIZE = 1 << 20  # a Kata configuration is some 30 KB
 REFERENCE_VALUES = "reference-values.json"
 SHIM = PurePosixPath("bin/containerd-shim-contrast-cc-v2")
 WRAPPED_SUFFIX = "-wrapped"
@@ -102,7 +106,7 @@ class _File:
     role: ArtefactRole
     relative: PurePosixPath  # below the install directory
     executable: bool
-    source: Path | None = None  # a release file, or
+    source: ReleaseFile | None = None  # a release file, or
     data: bytes | None = None  # bytes this build writes (the QEMU wrapper, the Kata config)
 
 
@@ -110,9 +114,9 @@ class _File:
 class _Plan:
     files: list[_File]
     settings: config.HypervisorSettings
-    kernel: Path
-    initrd: Path | None
-    firmware: Path
+    kernel: ReleaseFile
+    initrd: ReleaseFile | None
+    firmware: ReleaseFile
 
 
 def _artefact_name(prefix: str, relative: PurePosixPath) -> str:
@@ -121,38 +125,36 @@ def _artefact_name(prefix: str, relative: PurePosixPath) -> str:
 
 def _qemu_data(release: KataRelease, qemu: PurePosixPath) -> Iterator[_File]:
     data = layout.qemu_data_directory(qemu)
-    directory = release.path(data)
-    if not directory.is_dir():
+    if not release.is_dir(data):
         raise KataReleaseError(
             f"the release has no QEMU data directory {layout.PREFIX / data} for"
             f" {layout.PREFIX / qemu}"
         )
-    root = Path(os.path.realpath(release.root))
-    for path in sorted(directory.rglob("*")):
-        real = Path(os.path.realpath(path))
-        if not real.is_relative_to(root):
-            raise KataReleaseError(f"{path} links outside the release")
-        if real.is_file():
-            relative = data / path.relative_to(directory).as_posix()
-            name = _artefact_name("qemu-data-", relative.relative_to(data))
-            yield _File(name, ArtefactRole.VMM_DATA, relative, False, source=real)
+    for relative in release.files_below(data):
+        source = release.find(relative)
+        assert source is not None  # listed just now
+        name = _artefact_name("qemu-data-", relative.relative_to(data))
+        yield _File(name, ArtefactRole.VMM_DATA, relative, False, source=source)
 
 
 def _plan(release: KataRelease, platform: Platform) -> tuple[_Plan, str]:
     """Every file of the runtime and the Kata config template, or the first thing missing."""
     config_relative = layout.config_file(platform)
-    config_path = release.path(config_relative)
-    if not config_path.is_file():
+    config_file = release.find(config_relative)
+    if config_file is None:
         raise KataReleaseError(
             f"the release has no {layout.PREFIX / config_relative}",
             hint=f"{platform.display_name} cannot be built from {release.source}; a release with"
             f" {platform.tee.value.upper()} support ships it",
         )
     name = str(layout.PREFIX / config_relative)
-    text = config_path.read_text()
+    try:
+        text = config_file.read(limit=MAX_CONFIG_SIZE).decode()
+    except UnicodeDecodeError:
+        raise KataReleaseError(f"{name} is not UTF-8 text") from None
     settings = config.settings(config.parse(text, name), name, platform)
 
-    def resolve(absolute: str, what: str) -> tuple[PurePosixPath, Path]:
+    def resolve(absolute: str, what: str) -> tuple[PurePosixPath, ReleaseFile]:
         return release.resolve(absolute, what)
 
     qemu, qemu_file = resolve(settings.qemu, "QEMU")
@@ -162,8 +164,8 @@ def _plan(release: KataRelease, platform: Platform) -> tuple[_Plan, str]:
     disk, disk_file = resolve(
         settings.image or settings.initrd, "guest image" if settings.image else "initrd"
     )
-    shim_file = release.path(layout.SHIM)
-    if not shim_file.is_file():
+    shim_file = release.find(layout.SHIM)
+    if shim_file is None:
         raise KataReleaseError(f"the release has no Kata shim {layout.PREFIX / layout.SHIM}")
     wrapped = qemu.with_name(qemu.name + WRAPPED_SUFFIX)
     wrapper = QEMU_WRAPPER.format(program=wrapped.name, data=layout.qemu_data_directory(qemu))
@@ -176,8 +178,8 @@ def _plan(release: KataRelease, platform: Platform) -> tuple[_Plan, str]:
         _File(disk_role.value, disk_role, disk, False, source=disk_file),
         _File("firmware", ArtefactRole.FIRMWARE, firmware, False, source=firmware_file),
     ]
-    tool = release.path(layout.KATA_RUNTIME)
-    if tool.is_file():
+    tool = release.find(layout.KATA_RUNTIME)
+    if tool is not None:
         files.append(_File("kata-runtime", ArtefactRole.TOOL, layout.KATA_RUNTIME, True, tool))
 
     def move(absolute: str) -> str:
@@ -208,14 +210,15 @@ def _measure(plan: _Plan, request: BuildRequest, line: str) -> list[dict[str, An
     if platform.tee is Tee.SNP:
         if request.tdx_rtmr0 is not None:
             raise ContrastError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
-        image = GuestImage(plan.firmware, plan.kernel, plan.initrd, line)
+        initrd = None if plan.initrd is None else plan.initrd.path
+        image = GuestImage(plan.firmware.path, plan.kernel.path, initrd, line)
         return defaults.snp_reference_values(
             image, platform, vcpu_counts=range(1, request.max_vcpus + 1)
         )
     predicted = measure.predict(
-        plan.firmware.read_bytes(),
-        plan.kernel.read_bytes(),
-        None if plan.initrd is None else plan.initrd.read_bytes(),
+        plan.firmware.read(),
+        plan.kernel.read(),
+        None if plan.initrd is None else plan.initrd.read(),
         line,
         rtmr0=request.tdx_rtmr0,
         order=request.tdx_page_add_order,
@@ -230,7 +233,9 @@ def _copy(file: _File, staging: Path) -> Artefact:
         target.write_bytes(file.data)
     else:
         assert file.source is not None
-        shutil.copyfile(file.source, target)
+        with target.open("wb") as out:
+            for chunk in file.source.chunks():
+                out.write(chunk)
     target.chmod(0o755 if file.executable else 0o644)
     return stamp_artefact(
         name=file.name,

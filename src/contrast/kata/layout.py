@@ -93,3 +93,11 @@ def is_needed(relative: PurePosixPath) -> bool:
         or any(relative.is_relative_to(directory) for directory in NEEDED_DIRECTORIES)
         or text.startswith(NEEDED_DATA_PREFIX)
     )
+
+
+def is_sibling_link(target: str) -> bool:
+    """Whether a symlink's target is a name beside the link, the only links a release has: the
+    kernel build's `ln -sf vmlinuz-<version> vmlinuz<suffix>.container` (and `vmlinux...`), the
+    image builder's `kata-containers<suffix>.img -> <image>` and `configuration.toml ->
+    configuration-<hypervisor>.toml`, each made inside the directory it links in."""
+    return target not in ("", ".", "..") and "/" not in target and "\0" not in target
