@@ -19,10 +19,12 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from contrast.attestation.certificates import signature_unused_bits
 from contrast.attestation.errors import Reason
 from contrast.attestation.verdict import verify_snp, verify_tdx
 from contrast.cli.main import main
 from tests.attestation.dermutations import (
+    parse,
     structural_mutations,
     with_duplicate_extension,
     with_undecodable_name,
@@ -119,6 +121,45 @@ def test_tdx_collateral_with_structural_mutations_is_a_verdict(
     collateral = dict(COLLATERAL)
     collateral[name] = data.draw(structural_mutations(collateral[name]))
     verify_tdx(QUOTE, collateral=list(collateral.values()), now=TDX_NOW)
+
+
+def _with_unused_signature_bits(der: bytes) -> bytes:
+    """The same DER with the signature BIT STRING's unused-bits byte set to 1 (nothing else)."""
+    children = parse(der).children
+    assert children is not None
+    # The signature BIT STRING ends the DER; its content opens with the unused-bits count.
+    offset = len(der) - len(children[-1].content)
+    assert der[offset] == 0
+    return der[:offset] + b"\x01" + der[offset + 1 :]
+
+
+def test_a_vcek_whose_signature_claims_unused_bits_is_malformed() -> None:
+    """Issue 24's differential run: trustee-azure-milan-v2's VCEK with byte 0x34f (the unused-bits
+    count of its signature BIT STRING) set to 1 was accepted here, as `cryptography` verifies the
+    bytes padding and all (the last one is even, so the padding bit is a valid 0); go-sev-guest
+    and OpenSSL refuse it. (With an odd last byte the DER parser refuses it already.)"""
+    folder = ATTESTATION_DATA / "snp" / "trustee-azure-milan-v2"
+    report, vcek = (folder / "report.bin").read_bytes(), (folder / "vcek.der").read_bytes()
+    now = datetime(2023, 5, 3, tzinfo=UTC)
+    assert verify_snp(report, endorsements=[vcek], now=now).valid
+    edited = _with_unused_signature_bits(vcek)
+    assert edited == vcek[:0x34F] + b"\x01" + vcek[0x350:]
+    assert signature_unused_bits(edited) == 1
+    verdict = verify_snp(report, endorsements=[edited], now=now)
+    assert verdict.reason is Reason.MALFORMED_CERTIFICATE, verdict
+    assert verdict.detail is not None
+    assert "signature of 1 bits short of whole bytes" in verdict.detail
+
+
+def test_a_crl_whose_signature_claims_unused_bits_is_malformed() -> None:
+    collateral = dict(COLLATERAL)
+    crl = collateral["pck_crl_platform.der"]
+    assert crl[-1] % 2 == 0  # a valid padding bit: only the new check refuses it
+    collateral["pck_crl_platform.der"] = _with_unused_signature_bits(crl)
+    verdict = verify_tdx(QUOTE, collateral=list(collateral.values()), now=TDX_NOW)
+    assert verdict.reason is Reason.MALFORMED_COLLATERAL, verdict
+    assert verdict.detail is not None
+    assert "bits short of whole bytes" in verdict.detail
 
 
 def _der_of_pem(pem: bytes) -> bytes:

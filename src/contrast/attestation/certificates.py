@@ -22,6 +22,7 @@ from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+from cryptography.hazmat.primitives.serialization import Encoding
 from cryptography.utils import CryptographyDeprecationWarning
 
 from contrast.attestation.errors import MalformedEvidence, Reason, VerificationFailed
@@ -89,6 +90,9 @@ def _load_certificates(data: bytes) -> tuple[x509.Certificate, ...]:
                 raise _Unparsable(
                     f"is a malformed X.509 certificate: {type(error).__name__}: {error}"
                 ) from None
+            unused = signature_unused_bits(certificate.public_bytes(Encoding.DER))
+            if unused:
+                raise _Unparsable(f"has a signature of {unused} bits short of whole bytes")
     return tuple(certificates)
 
 
@@ -222,6 +226,12 @@ def load_crl(data: bytes, *, what: str) -> x509.CertificateRevocationList:
         raise MalformedEvidence(
             Reason.MALFORMED_COLLATERAL, f"{what} is not a DER or PEM CRL: {error}"
         ) from None
+    unused = signature_unused_bits(crl.public_bytes(Encoding.DER))
+    if unused:
+        raise MalformedEvidence(
+            Reason.MALFORMED_COLLATERAL,
+            f"{what} has a signature of {unused} bits short of whole bytes",
+        )
     return crl
 
 
@@ -276,6 +286,39 @@ def certificate_chain_names(certificates: Sequence[x509.Certificate]) -> str:
 
 _CONTEXT_0 = 0xA0
 _SEQUENCE = 0x30
+_BIT_STRING = 0x03
+
+
+def signature_unused_bits(der: bytes) -> int:
+    """The unused-bits count of a parsed certificate's or CRL's signature BIT STRING.
+
+    `cryptography` verifies the signature's bytes as they are, padding bits included, so a
+    certificate whose signature BIT STRING claims unused bits (a different value, one bit
+    shorter) still verified here while OpenSSL and Go refuse it (issue 24's differential run:
+    go-sev-guest refused a VCEK with this one byte changed). The structure was parsed already,
+    so this walks it without checks beyond staying inside `der`.
+    """
+
+    def element(position: int) -> tuple[int, int]:
+        """(content start, end) of the DER element at `position`."""
+        length = der[position + 1]
+        position += 2
+        if length & 0x80:
+            count = length & 0x7F
+            length = int.from_bytes(der[position : position + count], "big")
+            position += count
+        return position, position + length
+
+    try:
+        inside, _ = element(0)  # Certificate / CertificateList
+        _, after = element(inside)  # TBSCertificate / TBSCertList
+        _, after = element(after)  # signatureAlgorithm
+        if der[after] != _BIT_STRING:
+            return 0
+        start, _ = element(after)
+        return der[start]
+    except IndexError:
+        return 0
 
 
 def _first_tag_inside_tbs(data: bytes) -> int | None:
