@@ -85,13 +85,17 @@ def qemu_data_directory(qemu: PurePosixPath) -> PurePosixPath:
     )
 
 
-def is_needed(relative: PurePosixPath) -> bool:
-    """Whether a file under the prefix can belong to a runtime (the rest is not unpacked)."""
-    text = str(relative)
+def is_needed(relative: str) -> bool:
+    """Whether a file under the prefix (`bin/...`, normalised) can belong to a runtime (the rest is
+    not unpacked). A string, not a path: a PurePosixPath interns each of its names, and a tarball
+    of millions of skipped members would grow the interpreter's table of them."""
     return (
-        relative == VERSION_FILE
-        or any(relative.is_relative_to(directory) for directory in NEEDED_DIRECTORIES)
-        or text.startswith(NEEDED_DATA_PREFIX)
+        relative == str(VERSION_FILE)
+        or any(
+            relative == str(directory) or relative.startswith(f"{directory}/")
+            for directory in NEEDED_DIRECTORIES
+        )
+        or relative.startswith(NEEDED_DATA_PREFIX)
     )
 
 

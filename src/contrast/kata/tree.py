@@ -29,11 +29,10 @@ _CHUNK = 1 << 20
 
 @dataclass(frozen=True)
 class ReleaseFile:
-    """A regular file of the release, open: `relative` is where its links led, below the root."""
+    """A regular file of the release, open (`named` is the path asked for, before links)."""
 
     fd: int
-    named: PurePosixPath  # the path asked for
-    relative: PurePosixPath
+    named: PurePosixPath
     size: int
 
     @property
@@ -61,9 +60,8 @@ class ReleaseFile:
 class ReleaseTree:
     """A directory tree read only below its root; the files it opens close with it."""
 
-    def __init__(self, root_fd: int, display: str) -> None:
+    def __init__(self, root_fd: int) -> None:
         self._root = root_fd
-        self._display = display
         self._open: list[int] = []
 
     @classmethod
@@ -75,7 +73,7 @@ class ReleaseTree:
             raise KataReleaseError(
                 f"cannot open the Kata release {path}: {error.strerror}"
             ) from None
-        return cls(fd, str(path))
+        return cls(fd)
 
     @property
     def root_fd(self) -> int:
@@ -98,6 +96,8 @@ class ReleaseTree:
         are followed, a last one too, as long as they stay below the root."""
         if named.is_absolute():
             raise KataReleaseError(f"{named} is not a path below the release")
+        if "\0" in str(named):
+            raise KataReleaseError(f"{str(named)!r} has a NUL in it")
         pending = [part for part in named.parts if part != "."]
         here: list[tuple[int, str]] = []  # the directories walked into: descriptor and name
         link: tuple[PurePosixPath, str] | None = None  # the last link followed and its target
@@ -162,16 +162,13 @@ class ReleaseTree:
         found = self._lookup(named)
         return found is not None and stat.S_ISDIR(found[1].st_mode)
 
-    def exists(self, named: PurePosixPath) -> bool:
-        return self._lookup(named) is not None
-
     def find_file(self, named: PurePosixPath) -> ReleaseFile | None:
         """The regular file at `named`, open; None if it does not exist. Anything else there (a
         directory, a FIFO, a device, a link out of the tree) is an error that names it."""
         walked = self._walk(named)
         if walked is None:
             return None
-        parent, name, where, status = walked
+        parent, name, _, status = walked
         try:
             if not stat.S_ISREG(status.st_mode):
                 raise KataReleaseError(
@@ -187,7 +184,7 @@ class ReleaseTree:
             os.close(fd)
             raise KataReleaseError(f"{named} changed while it was read")
         self._open.append(fd)
-        return ReleaseFile(fd, named, where, opened.st_size)
+        return ReleaseFile(fd, named, opened.st_size)
 
     def files_below(self, directory: PurePosixPath) -> Iterator[PurePosixPath]:
         """Every non-directory below `directory` (itself resolved), sorted, with directories

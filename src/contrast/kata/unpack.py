@@ -28,7 +28,7 @@ import tarfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import IO
 
 from contrast.kata import layout
@@ -62,6 +62,11 @@ _HINT = (
     " sha256, or pass the directory it unpacks to"
 )
 
+_BOUNDS_HINT = (
+    "a Kata release as published stays far below this bound (see the README on runtime build):"
+    " download kata-static-<version>-<arch>.tar.zst again and check its sha256"
+)
+
 
 @dataclass(frozen=True)
 class Bounds:
@@ -91,7 +96,7 @@ class _Budget:
         self.chain = 0
 
     def _refuse(self, message: str) -> KataReleaseError:
-        return KataReleaseError(f"{self.archive}: {message}", hint=_HINT)
+        return KataReleaseError(f"{self.archive}: {message}", hint=_BOUNDS_HINT)
 
     def _add(self, size: int, name: str) -> None:
         self.total += size
@@ -189,7 +194,7 @@ def _needed(parts: list[str]) -> bool:
     prefix = layout.PREFIX.parts[1:]  # ("opt", "kata")
     if len(parts) <= len(prefix) or tuple(parts[: len(prefix)]) != prefix:
         return False
-    return layout.is_needed(PurePosixPath(*parts[len(prefix) :]))
+    return layout.is_needed("/".join(parts[len(prefix) :]))
 
 
 class _Writer:
@@ -302,3 +307,5 @@ def unpack(path: Path, destination_fd: int, bounds: Bounds) -> None:
             hint="pass kata-static-<version>-amd64.tar.zst (or .tar.xz) as downloaded,"
             " or the directory it unpacks to",
         ) from None
+    except OSError as error:  # the archive unreadable, or the scratch directory's disk full
+        raise KataReleaseError(f"cannot unpack {path}: {error.strerror}") from None
