@@ -24,7 +24,7 @@ from contrast.files import write_atomically
 from contrast.generate import manifest as manifest_document
 from contrast.generate import parallel, release_images
 from contrast.generate.errors import GenerateError
-from contrast.generate.keys import ensure_owner_keys
+from contrast.generate.keys import prepare_owner_keys
 from contrast.generate.manifest import WorkloadIdentity
 from contrast.generate.references import ReferenceValueProvider
 from contrast.generate.staging import StagedWrites
@@ -587,6 +587,19 @@ def generate(
             hint="set runtimeClassName: contrast-cc (or a platform placeholder) on the pods",
         )
     confidential = [workload for workload, _ in placed]
+    if not any(workload.role == "coordinator" for workload in confidential):
+        raise GenerateError(
+            "no Coordinator among the confidential resources",
+            hint="add the output of `contrast coordinator-resources --platform P` to the resources",
+        )
+    # The keys are read and checked, a missing one made in memory, before any image is read:
+    # a refused key must not leave a layer cache or a new key behind (written with the rest).
+    keys = prepare_owner_keys(
+        options.workload_owner_keys,
+        options.seedshare_owner_keys,
+        create_missing=options.create_keys,
+        disable_updates=options.disable_updates,
+    )
     coordinator_namespace = inject.coordinator_namespace(confidential)
     embedded = _reference_values(options.reference_values_file)
     handlers = {} if embedded is None else _handlers(embedded)
@@ -635,12 +648,6 @@ def generate(
             identities.append(_identity(workload, policy_hash))
             result.policies[workload.describe()] = policy_hash
             result.warnings.extend(warnings)
-        if not any(identity.role == "coordinator" for identity in identities):
-            raise GenerateError(
-                "no Coordinator among the confidential resources",
-                hint="add the output of `contrast coordinator-resources --platform P` to the"
-                " resources",
-            )
 
         platforms = runtimeclass.used_platforms(choices)
         result.platforms = tuple(p.display_name for p in platforms)
@@ -649,12 +656,6 @@ def generate(
         )
         values, result.missing_reference_values = manifest_document.reference_values(
             (previous or {}).get("ReferenceValues", {}), platforms, provider
-        )
-        keys = ensure_owner_keys(
-            options.workload_owner_keys,
-            options.seedshare_owner_keys,
-            create_missing=options.create_keys,
-            disable_updates=options.disable_updates,
         )
         document = manifest_document.manifest_document(
             identities, values, keys, seedshare_threshold=options.seedshare_threshold
@@ -665,7 +666,7 @@ def generate(
             if text is not None and text.new:
                 write_atomically(text.path, text.text.encode())
                 result.written.append(text.path)
-        result.written.extend(keys.created)
+        result.written.extend(keys.write_new())
         if options.output is not None:
             if yamlio.write_combined(files, options.output):
                 result.written.append(options.output)
