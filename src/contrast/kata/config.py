@@ -14,7 +14,9 @@ command line (`cmdline`). Contrast installs the same document with
 - the VM's base memory that the RuntimeClass's pod overhead accounts for, and every debug switch
   off (debug also changes the kernel command line, and so the launch measurement).
 
-tomlkit keeps the release's comments and order, so the installed file reads like Kata's.
+tomlkit keeps the release's comments and order, so the installed file reads like Kata's. A
+configuration nested more deeply than `tomldepth.MAX_DEPTH` levels is refused before any parser
+reads it (Kata's own nest three).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from contrast.kata.errors import KataReleaseError
+from contrast.nodeinstaller import tomldepth
 from contrast.platforms import Platform, Tee
 
 HYPERVISOR = "qemu"
@@ -67,8 +70,11 @@ class HypervisorSettings:
 
 
 def parse(text: str, name: str) -> dict[str, Any]:
+    """The configuration `name` as TOML, refused before parsing if it nests too deeply."""
     try:
-        return tomllib.loads(text)
+        return tomldepth.loads(text)
+    except tomldepth.TomlTooDeep as error:
+        raise KataReleaseError(f"{name} is {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise KataReleaseError(f"{name} is not valid TOML: {error}") from None
 
@@ -168,6 +174,7 @@ def render(
     `move` maps each asset path the release names to its install path.
     """
     try:
+        tomldepth.check_depth(text)
         document = tomlkit.parse(text)
         hypervisor: Any = document["hypervisor"][HYPERVISOR]
         for key in ASSET_KEYS:
@@ -194,5 +201,7 @@ def render(
         runtime["emptydir_mode"] = EMPTYDIR_MODE
         runtime["static_sandbox_resource_mgmt"] = True
         return tomlkit.dumps(document)
+    except tomldepth.TomlTooDeep as error:
+        raise KataReleaseError(f"{name} is {error}") from None
     except (TOMLKitError, KeyError, TypeError) as error:
         raise KataReleaseError(f"cannot render {name} for Contrast: {error}") from None

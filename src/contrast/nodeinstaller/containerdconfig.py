@@ -14,6 +14,8 @@ with containerd 1.6: a config naming only our runtime loses `runc`, while `defau
 still says `runc`, and CRI would fail). So when the default runtime `runc` is not in the config,
 the block restates containerd's built-in entry for it before our table.
 
+A config nested more deeply than `tomldepth.MAX_DEPTH` levels is refused before it is parsed.
+
 A missing file becomes a minimal version 2 config holding only these tables: containerd 1.x, the
 most common version on the nodes this targets, fills in its defaults, and containerd 2.x still
 reads version 2 (it migrates it in memory). Version 1 configs (no `version` key) are refused:
@@ -32,6 +34,7 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from contrast.nodeinstaller import tomldepth
 from contrast.nodeinstaller.errors import ContainerdConfigError
 
 CRI_PLUGINS: Mapping[int, str] = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
@@ -113,7 +116,12 @@ def patch_containerd_config(
 
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
+        return tomldepth.loads(text)
+    except tomldepth.TomlTooDeep as error:
+        raise ContainerdConfigError(
+            f"{source} is {error}",
+            hint="containerd's own settings nest six levels; fix the file",
+        ) from None
     except tomllib.TOMLDecodeError as error:
         raise ContainerdConfigError(
             f"{source} is not valid TOML: {error}",
