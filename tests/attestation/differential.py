@@ -324,22 +324,10 @@ def _sev_reencoding(case: Case, our: Verdict, google: Verdict) -> bool:
     return all(0x188 <= i < 0x18B for i in changed)
 
 
-def _crl_of_another_issuer(case: Case, our: Verdict, google: Verdict) -> bool:
-    """Ours skips a CRL whose issuer is no CA of this chain (it may be the other PCK CA's);
-    go-tdx-guest requires the PCK CRL to be the PCK issuer's."""
-    return (
-        our.ok
-        and case.kind == "tdx"
-        and "PCK CRL verification failed" in google.reason
-        and "CRL issuer's name" in google.reason
-    )
-
-
 KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
     KnownDifference(
         "go-sev-guest verifies its re-encoding of the report, not the bytes", _sev_reencoding
     ),
-    KnownDifference("a CRL of another issuer is skipped, not refused", _crl_of_another_issuer),
     KnownDifference("go-tdx-guest v0.3.1 cannot parse version 5 quotes", _google_refuses_v5),
     KnownDifference(
         "go-sev-guest knows no product for CPUID model A0h (Genoa family)", _genoa_model_a0

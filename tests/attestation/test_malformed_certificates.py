@@ -10,11 +10,13 @@ edit reaches exactly the field it names.
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.serialization import Encoding
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -116,8 +118,8 @@ def test_given_amd_certificates_with_structural_mutations_are_a_verdict(
 def test_tdx_collateral_with_structural_mutations_is_a_verdict(
     name: str, data: st.DataObject
 ) -> None:
-    # A CRL whose issuer is not in the chain does not concern it and is skipped, so the verdict
-    # may be either; it must be a verdict.
+    # A mutation may leave the CRL's meaning as it was, so the verdict may be either; it must
+    # be a verdict.
     collateral = dict(COLLATERAL)
     collateral[name] = data.draw(structural_mutations(collateral[name]))
     verify_tdx(QUOTE, collateral=list(collateral.values()), now=TDX_NOW)
@@ -164,3 +166,54 @@ def test_a_crl_whose_signature_claims_unused_bits_is_malformed() -> None:
 
 def _der_of_pem(pem: bytes) -> bytes:
     return x509.load_pem_x509_certificate(pem).public_bytes(Encoding.DER)
+
+
+PHALA = vector("phala-b0c06f-v4")
+PHALA_COLLATERAL = {path.name: path.read_bytes() for path in collateral_paths(PHALA)}
+
+
+def _flip(data: bytes, offset: int, bit: int) -> bytes:
+    return data[:offset] + bytes([data[offset] ^ 1 << bit]) + data[offset + 1 :]
+
+
+@pytest.mark.parametrize(
+    ("crl", "offset", "bit"),
+    [("root_ca_crl.der", 0x71, 5), ("root_ca_crl.der", 0x32, 1), ("pck_crl_platform.der", 0x56, 3)],
+)
+def test_a_crl_whose_issuer_name_was_damaged_is_refused(crl: str, offset: int, bit: int) -> None:
+    """Issue 24's differential run: one bit flipped in a CRL's issuer name made it "another
+    issuer's" CRL, which was skipped, so the quote passed with no revocation check; go-tdx-guest
+    refused it. The bits are those of the run (phala-b0c06f-v4 with its collateral)."""
+    quote, now = quote_bytes(PHALA), valid_at(PHALA)
+    assert verify_tdx(quote, collateral=list(PHALA_COLLATERAL.values()), now=now).valid
+    collateral = dict(PHALA_COLLATERAL)
+    collateral[crl] = _flip(collateral[crl], offset, bit)
+    verdict = verify_tdx(quote, collateral=list(collateral.values()), now=now)
+    assert verdict.reason is Reason.BAD_CRL, verdict
+    assert verdict.detail is not None
+    assert "neither the root CA nor a PCK CA of this chain" in verdict.detail
+
+
+def test_the_other_pck_cas_crl_is_skipped() -> None:
+    """A Processor CA CRL given beside a Platform CA PCK does not concern it: not checked (its
+    signature here is by a made-up key) and not refused."""
+    platform_ca = x509.load_der_x509_crl(PHALA_COLLATERAL["pck_crl_platform.der"]).issuer
+    processor_ca = x509.Name(
+        [
+            x509.NameAttribute(a.oid, "Intel SGX PCK Processor CA")
+            if a.value == "Intel SGX PCK Platform CA"
+            else a
+            for a in platform_ca
+        ]
+    )
+    now = valid_at(PHALA)
+    other = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(processor_ca)
+        .last_update(now - timedelta(days=1))
+        .next_update(now + timedelta(days=1))
+        .sign(ec.generate_private_key(ec.SECP256R1()), hashes.SHA256())
+        .public_bytes(Encoding.DER)
+    )
+    collateral = [*PHALA_COLLATERAL.values(), other]
+    assert verify_tdx(quote_bytes(PHALA), collateral=collateral, now=now).valid

@@ -29,6 +29,7 @@ from typing import Any, TypeVar
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from contrast.attestation.certificates import (
     check_not_revoked,
@@ -691,9 +692,22 @@ def _check_crls(
 ) -> None:
     """The Root CA CRL must not list the PCK CA, nor the PCK CA's CRL the PCK.
 
-    A CRL from another issuer (the Processor CA's, when this PCK is a Platform CA one) does
-    not concern this chain and is skipped.
+    The other Intel PCK CA's CRL (the Processor CA's, when this PCK is a Platform CA one) does
+    not concern this chain and is skipped. A CRL of any other issuer is refused: skipping it
+    let a CRL whose issuer name was damaged pass unchecked (issue 24's differential run, where
+    go-tdx-guest refused it).
     """
+    for crl in crls:
+        if not (
+            _issued_by(crl, roots.root)
+            or _issued_by(crl, intermediate)
+            or _issued_by_sibling_ca(crl, intermediate)
+        ):
+            raise VerificationFailed(
+                Reason.BAD_CRL,
+                f"a CRL given with the collateral is issued by {crl.issuer.rfc4514_string()},"
+                " neither the root CA nor a PCK CA of this chain",
+            )
     for crl in crls:
         if _issued_by(crl, roots.root):
             _verify_crl(
@@ -710,6 +724,25 @@ def _check_crls(
                 crl, intermediate, now, what="the PCK CRL", expired_reason=Reason.PCK_CRL_EXPIRED
             )
             check_not_revoked(crl, leaf, what="the PCK certificate")
+
+
+_PCK_CA_NAMES = ("Intel SGX PCK Platform CA", "Intel SGX PCK Processor CA")
+
+
+def _issued_by_sibling_ca(
+    crl: x509.CertificateRevocationList, intermediate: x509.Certificate
+) -> bool:
+    """Whether the CRL's issuer is the chain's PCK CA with Platform and Processor swapped."""
+
+    def attributes(name: x509.Name) -> list[tuple[str, str]]:
+        return [(a.oid.dotted_string, str(a.value)) for a in name]
+
+    common_name = NameOID.COMMON_NAME.dotted_string
+    sibling = []
+    for oid, value in attributes(intermediate.subject):
+        swapped = oid == common_name and value in _PCK_CA_NAMES
+        sibling.append((oid, _PCK_CA_NAMES[1 - _PCK_CA_NAMES.index(value)] if swapped else value))
+    return sibling != attributes(intermediate.subject) and attributes(crl.issuer) == sibling
 
 
 def _issued_by(crl: x509.CertificateRevocationList, certificate: x509.Certificate) -> bool:
