@@ -11,8 +11,10 @@ small in memory and on disk.
 from __future__ import annotations
 
 import io
+import lzma
 import os
 import tarfile
+import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -124,3 +126,24 @@ class _Zeros(io.RawIOBase):
         count = min(self.left, len(self.chunk) if size < 0 else min(size, len(self.chunk)))
         self.left -= count
         return self.chunk[:count]
+
+
+def xz_asking_for(data: bytes, dictionary_byte: int) -> bytes:
+    """`data` as xz whose block header names another LZMA2 dictionary (`36`: 1 GiB), the window
+    a decoder allocates, with the header's CRC32 made anew; compressing with a dictionary that
+    large would take the encoder gigabytes."""
+    xz = bytearray(lzma.compress(data))
+    start = 12  # after the stream header
+    size = (xz[start] + 1) * 4
+    flags = xz[start + 1]
+    offset = start + 2
+    for present in (flags & 0x40, flags & 0x80):  # compressed and uncompressed size, varints
+        if present:
+            while xz[offset] & 0x80:
+                offset += 1
+            offset += 1
+    assert xz[offset : offset + 2] == b"\x21\x01", "one LZMA2 filter with its one property byte"
+    xz[offset + 2] = dictionary_byte
+    end = start + size - 4
+    xz[end : end + 4] = zlib.crc32(xz[start:end]).to_bytes(4, "little")
+    return bytes(xz)

@@ -9,12 +9,14 @@ header in memory, and a zstd bomb was unpacked to disk whole.
 
 from __future__ import annotations
 
+import io
 import os
 import tarfile
 import tracemalloc
 from pathlib import Path
 
 import pytest
+import zstandard
 
 from contrast.kata.archive import open_release
 from contrast.kata.errors import KataReleaseError
@@ -240,3 +242,30 @@ def test_a_huge_extended_header_is_refused_before_it_is_read(tmp_path: Path) -> 
     tarball = _tarball(tmp_path, (info, b""))
     with pytest.raises(KataReleaseError, match="extended header of 2097"):
         build(tarball, "metal-qemu-snp", tmp_path / "workspace", max_vcpus=1)
+
+
+def _release_tar() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for info, content in hostile.release_members():
+            archive.addfile(info, None if content is None else io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def test_a_decompressor_window_beyond_the_bound_is_refused(tmp_path: Path) -> None:
+    """xz and zstd headers name the window the decoder allocates: 1 GiB here, for a
+    release of some 100 KB; at most 128 MiB is granted."""
+    raw = _release_tar()
+    xz = tmp_path / "release.tar.xz"
+    xz.write_bytes(hostile.xz_asking_for(raw, 36))
+    params = zstandard.ZstdCompressionParameters(window_log=30, write_content_size=False)
+    compressor = zstandard.ZstdCompressor(compression_params=params)
+    zst = tmp_path / "release.tar.zst"
+    with zst.open("wb") as file, compressor.stream_writer(file) as writer:
+        writer.write(raw)
+    for tarball, message in ((xz, "Memory usage limit"), (zst, "too much memory")):
+        with pytest.raises(KataReleaseError, match=message):
+            build(tarball, "metal-qemu-snp", tmp_path / "workspace", max_vcpus=1)
+        assert list((tmp_path / "workspace").iterdir()) == []
+        with open_release(tarball, tmp_path / "scratch", Bounds(decompressor_memory=2 << 30)):
+            pass

@@ -22,6 +22,8 @@ tarball can cost before anything is written (see its fields for the numbers and 
 
 from __future__ import annotations
 
+import _compression
+import io
 import lzma
 import os
 import tarfile
@@ -82,6 +84,8 @@ class Bounds:
     ratio_slack: int = 64 * MIB
     header_size: int = MIB  # one pax or GNU long-name header, which tarfile reads whole
     header_chain: int = 8  # extended headers in a row before a member (tarfile recurses on each)
+    # The decompressor's window: zstd's own default limit, twice what `xz -9` needs (65 MiB).
+    decompressor_memory: int = 128 * MIB
 
 
 class _Budget:
@@ -154,9 +158,10 @@ def _magic(path: Path) -> bytes:
 
 
 @contextmanager
-def _decompressed(path: Path) -> Iterator[IO[bytes]]:
+def _decompressed(path: Path, memory: int) -> Iterator[IO[bytes]]:
     """The tar stream in `path`, by the compression its magic bytes name (zstd since Kata 3.21,
-    xz before; gzip and plain tar are recognised by tarfile's stream mode)."""
+    xz before; gzip and plain tar are recognised by tarfile's stream mode), decompressed in at
+    most `memory` bytes of window (a header can ask for 1.5 GiB)."""
     magic = _magic(path)
     with path.open("rb") as raw:
         if magic.startswith(ZSTD_MAGIC):
@@ -164,13 +169,17 @@ def _decompressed(path: Path) -> Iterator[IO[bytes]]:
             import zstandard  # noqa: PLC0415
 
             try:
-                decompressor = zstandard.ZstdDecompressor()
+                decompressor = zstandard.ZstdDecompressor(max_window_size=memory)
                 with decompressor.stream_reader(raw, read_across_frames=True) as reader:
                     yield reader
             except zstandard.ZstdError as error:
                 raise tarfile.ReadError(f"zstd: {error}") from None
         elif magic.startswith(XZ_MAGIC):
-            with lzma.open(raw) as reader:
+            # lzma.open takes no memory limit; this is the reader it builds, with one.
+            xz = _compression.DecompressReader(
+                raw, lzma.LZMADecompressor, trailing_error=lzma.LZMAError, memlimit=memory
+            )
+            with io.BufferedReader(xz) as reader:
                 yield reader
         else:
             yield raw
@@ -291,7 +300,7 @@ def unpack(path: Path, destination_fd: int, bounds: Bounds) -> None:
     writer = _Writer(destination_fd)
     try:
         with (
-            _decompressed(path) as stream,
+            _decompressed(path, bounds.decompressor_memory) as stream,
             tarfile.open(
                 fileobj=stream, mode="r|*", tarinfo=_tarinfo_counted_by(budget)
             ) as archive,
