@@ -13,11 +13,12 @@ import io
 import os
 import tarfile
 import tracemalloc
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pytest
 import zstandard
 
+from contrast.kata import layout
 from contrast.kata.archive import open_release
 from contrast.kata.errors import KataReleaseError
 from contrast.kata.unpack import Bounds
@@ -269,3 +270,19 @@ def test_a_decompressor_window_beyond_the_bound_is_refused(tmp_path: Path) -> No
         assert list((tmp_path / "workspace").iterdir()) == []
         with open_release(tarball, tmp_path / "scratch", Bounds(decompressor_memory=2 << 30)):
             pass
+
+
+def test_a_tarball_of_several_zstd_frames_is_read_whole(tmp_path: Path) -> None:
+    """pzstd writes several frames: each is read (python-zstandard's stream reader goes on to the
+    next frame after a short read, with or without `read_across_frames`)."""
+    raw = _release_tar()
+    half = len(raw) // 2
+    compressor = zstandard.ZstdCompressor()
+    tarball = tmp_path / "release.tar.zst"
+    tarball.write_bytes(compressor.compress(raw[:half]) + compressor.compress(raw[half:]))
+    with open_release(tarball, tmp_path / "scratch") as kata:
+        for name, content in synthetic.files().items():
+            if isinstance(content, bytes) and layout.is_needed(name):
+                file = kata.find(PurePosixPath(name))
+                assert file is not None, name
+                assert file.read() == content

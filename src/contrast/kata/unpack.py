@@ -170,7 +170,7 @@ def _decompressed(path: Path, memory: int) -> Iterator[IO[bytes]]:
 
             try:
                 decompressor = zstandard.ZstdDecompressor(max_window_size=memory)
-                with decompressor.stream_reader(raw, read_across_frames=True) as reader:
+                with decompressor.stream_reader(raw) as reader:
                     yield reader
             except zstandard.ZstdError as error:
                 raise tarfile.ReadError(f"zstd: {error}") from None
