@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import io
 import os
+import resource
 import tarfile
 import tracemalloc
 from pathlib import Path, PurePosixPath
@@ -286,3 +287,29 @@ def test_a_tarball_of_several_zstd_frames_is_read_whole(tmp_path: Path) -> None:
                 file = kata.find(PurePosixPath(name))
                 assert file is not None, name
                 assert file.read() == content
+
+
+def test_running_out_of_descriptors_is_one_error(release: Path, tmp_path: Path) -> None:
+    """Every release file stays open until the build ends; a QEMU data directory of more files
+    than descriptors is refused with the file it reached, not an OSError."""
+    data = release / "opt/kata/share/kata-qemu-snp-experimental/many"
+    data.mkdir()
+    for index in range(200):
+        (data / f"{index:03d}.bin").write_bytes(b"")
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (100, hard))
+    try:
+        with pytest.raises(KataReleaseError, match=r"cannot read .*many/\d+\.bin: Too many"):
+            build(release, "metal-qemu-snp", tmp_path / "workspace", max_vcpus=1)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_build_closes_every_descriptor_it_opened(release: Path, tmp_path: Path) -> None:
+    tarball = synthetic.tarball(synthetic.files(), tmp_path / "release.tar.zst", "zst")
+    before = sorted(os.listdir("/proc/self/fd"))
+    build(release, "metal-qemu-snp", tmp_path / "a", max_vcpus=1)
+    build(tarball, "metal-qemu-tdx", tmp_path / "b")
+    with pytest.raises(KataReleaseError):
+        build(release, "metal-qemu-snp-gpu", tmp_path / "c")
+    assert sorted(os.listdir("/proc/self/fd")) == before

@@ -133,6 +133,8 @@ class ReleaseTree:
                     return None
                 here.append((os.open(part, _DIRECTORY_FLAGS, dir_fd=parent), part))
             raise KataReleaseError(f"{named} names the release's root, not a file in it")
+        except OSError as error:  # unreadable, swapped for a link while walked, or no descriptors
+            raise KataReleaseError(f"cannot read {named}: {error.strerror}") from None
         finally:
             for fd, _ in here:
                 os.close(fd)
@@ -176,6 +178,8 @@ class ReleaseTree:
                     hint="a release holds its files as regular files",
                 )
             fd = os.open(name, _FILE_FLAGS, dir_fd=parent)
+        except OSError as error:
+            raise KataReleaseError(f"cannot read {named}: {error.strerror}") from None
         finally:
             if parent != self._root:
                 os.close(parent)
