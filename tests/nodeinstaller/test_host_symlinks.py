@@ -21,7 +21,7 @@ from contrast.nodeinstaller.install import install_runtime
 from contrast.nodeinstaller.standins import write_standins
 from contrast.nodeinstaller.targetconfig import TargetConfig
 from contrast.platforms import by_name
-from tests.nodeinstaller.conftest import BuiltRuntime, RecordingRunner, snapshot
+from tests.nodeinstaller.conftest import BuiltRuntime, RecordingRunner, build_runtime, snapshot
 from tests.nodeinstaller.test_containerdconfig import V2_USER_CONFIG, containerd_dump
 from tests.nodeinstaller.test_install import NOW, request
 
@@ -218,5 +218,61 @@ def test_a_config_that_is_not_a_regular_file_is_refused(
     with pytest.raises(NodeInstallerError, match=r"/dev/fifo is not a regular file"):
         install_runtime(
             request(host_root, runtime), description=runtime.description, runner=RecordingRunner()
+        )
+    assert snapshot(host_root) == before
+
+
+def test_a_nodes_own_kata_config_is_backed_up_and_written_through_its_link(
+    host_root: Path, runtime: BuiltRuntime, tmp_path: Path
+) -> None:
+    defaults = host_root / "usr/share/defaults/kata-containers"
+    defaults.mkdir(parents=True)
+    own = defaults / "configuration-qemu.toml"
+    own.write_text("# the node's own Kata configuration\n")
+    own.chmod(0o640)
+    link = host_root / "etc/kata-containers/configuration.toml"
+    link.parent.mkdir(parents=True)
+    link.symlink_to("/usr/share/defaults/kata-containers/configuration-qemu.toml")
+    target = TargetConfig.model_validate(
+        {"kata-config-path": "/etc/kata-containers/configuration.toml"}
+    )
+    report = install_runtime(
+        request(host_root, runtime, target=target),
+        description=runtime.description,
+        runner=RecordingRunner(),
+        now=lambda: NOW,
+    )
+    assert link.is_symlink()
+    assert own.read_text().startswith(f"# Kata Containers configuration of runtime {runtime.name}")
+    backup = defaults / f"configuration-qemu.toml.{int(NOW)}.bak"
+    assert backup.read_text() == "# the node's own Kata configuration\n"
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o640
+    assert report.kata_config_backup == (
+        f"/usr/share/defaults/kata-containers/configuration-qemu.toml.{int(NOW)}.bak"
+    )
+    # A newer runtime rewrites the installer's own file without another backup.
+    newer = build_runtime(runtime.platform, tmp_path / "newer", salt="new kernel")
+    again = install_runtime(
+        request(host_root, newer, target=target),
+        description=newer.description,
+        runner=RecordingRunner(),
+        now=lambda: NOW + 60,
+    )
+    assert again.kata_config_backup is None
+    assert own.read_text().startswith(f"# Kata Containers configuration of runtime {newer.name}")
+    assert sorted(p.name for p in defaults.iterdir()) == sorted([backup.name, own.name])
+
+
+def test_a_kata_config_path_that_is_no_file_is_refused_before_any_change(
+    host_root: Path, runtime: BuiltRuntime
+) -> None:
+    (host_root / "etc/kata-containers/contrast.toml").mkdir(parents=True)
+    target = TargetConfig.model_validate({"kata-config-path": "etc/kata-containers/contrast.toml"})
+    before = snapshot(host_root)
+    with pytest.raises(NodeInstallerError, match=r"contrast\.toml is not a regular file"):
+        install_runtime(
+            request(host_root, runtime, target=target),
+            description=runtime.description,
+            runner=RecordingRunner(),
         )
     assert snapshot(host_root) == before

@@ -6,7 +6,9 @@
 2. Files that are not already in place (same bytes, same mode) are copied into a staging directory
    next to the install directory, on the same file system, checked again, and renamed into place
    one by one. The install directory is named after the runtime's content hash, so no running
-   VM uses a file that changes here; a re-run after a crash finishes the job.
+   VM uses a file that changes here; a re-run after a crash finishes the job. A Kata config at
+   an overridden path is the node's file: written where its links lead, after a backup like
+   containerd's config's below unless the installer wrote it.
 3. containerd's config is written last, when everything it points at exists: atomically, after a
    backup `<config>.<unix time>.bak` of the old bytes, and only if its bytes change. A config
    that is a symlink is written at its target (backup beside the target), the link stays.
@@ -45,7 +47,7 @@ from contrast.nodeinstaller.hostroot import (
     write_atomically,
     write_new,
 )
-from contrast.nodeinstaller.kataconfig import render_kata_config, render_template
+from contrast.nodeinstaller.kataconfig import HEADER, render_kata_config, render_template
 from contrast.nodeinstaller.restart import (
     SYSTEMD_DBUS_RESTART,
     UNIT_PLACEHOLDER,
@@ -67,6 +69,9 @@ from contrast.platforms import RUNTIME_CLASS_PREFIX, Platform
 
 DEFAULT_ARTEFACTS_ROOT = Path("/usr/share/contrast/runtimes")
 RESTART_PENDING = ".restart-pending"
+KATA_CONFIG_MARK = HEADER.split("{name}")[
+    0
+].encode()  # how a Kata config the installer wrote starts
 CONFIG_MODE = 0o644
 DIRECTORY_MODE = 0o755
 
@@ -92,10 +97,12 @@ class InstallReport:
     containerd_config: str
     containerd_config_target: str  # the file written: the config, or where its links lead
     config_changed: bool
-    backup: str | None
+    backup: str | None  # of containerd's config
     restarted: bool
     restarted_unit: str | None
     no_restart_reason: str | None
+    # Of a node's own file at an overridden Kata config path (not of one the installer wrote).
+    kata_config_backup: str | None = None
 
 
 def artefacts_dir(cli: Path | None, target: TargetConfig, platform: Platform) -> Path:
@@ -177,13 +184,14 @@ def _install(
     )
 
     # 2. Files, staged next to their install directory and renamed into place.
-    written = _install_files(
+    written, kata_backup = _install_files(
         host=host,
         install_dir=install_dir,
         description=description,
         source=request.artefacts_dir,
         kata_config=kata_config,
         kata_bytes=kata_bytes,
+        now=now,
     )
 
     # 3. containerd's config, last.
@@ -196,12 +204,7 @@ def _install(
         mode = CONFIG_MODE
         if old_config is not None:
             mode = mode_of(target)
-            name_of_backup = f"{target.name}.{int(now())}.bak"
-            backup_location = Location(
-                target.directory, name_of_backup, target.path.with_name(name_of_backup)
-            )
-            write_atomically(backup_location, old_config, mode=mode)
-            backup = str(backup_location.path)
+            backup = _back_up(target, old_config, mode, now)
         write_atomically(target, patched.text.encode(), mode=mode)
 
     # 4. Restart, if containerd has not read the config as it now is.
@@ -218,7 +221,16 @@ def _install(
         restarted=restarted,
         restarted_unit=unit,
         no_restart_reason=reason,
+        kata_config_backup=kata_backup,
     )
+
+
+def _back_up(location: Location, data: bytes, mode: int, now: Callable[[], float]) -> str:
+    """Write `data` beside `location` as `<name>.<unix time>.bak`; its node path."""
+    name = f"{location.name}.{int(now())}.bak"
+    backup = Location(location.directory, name, location.path.with_name(name))
+    write_atomically(backup, data, mode=mode)
+    return str(backup.path)
 
 
 def _shown(path: PurePosixPath, target: PurePosixPath) -> str:
@@ -265,7 +277,9 @@ def _install_files(
     source: Path,
     kata_config: PurePosixPath,
     kata_bytes: bytes,
-) -> tuple[str, ...]:
+    now: Callable[[], float],
+) -> tuple[tuple[str, ...], str | None]:
+    """Install what is not in place yet; the node paths written, and a Kata config's backup."""
     pending = []
     for artefact in description.artefacts:
         location = _located(host, install_dir / artefact.relative_path, follow=False)
@@ -276,8 +290,13 @@ def _install_files(
     # overridden Kata config path) is the node's file, written where its links lead.
     kata_file = _located(host, kata_config, follow=not kata_inside)
     kata_pending = kata_file is None or not _holds(kata_file, kata_bytes, CONFIG_MODE)
+    if not kata_inside and kata_file is not None and kind_of(kata_file) == "other":
+        raise NodeInstallerError(
+            f"Kata config path {_shown(kata_config, kata_file.path)} is not a regular file",
+            hint="set kata-config-path in the target config to a file",
+        )
     if not pending and not kata_pending:
-        return ()
+        return (), None
     parent, _ = host.directory(install_dir.parent, create=True)
     staging = f".{install_dir.name}.staging-{secrets.token_hex(4)}"
     os.mkdir(staging, 0o700, dir_fd=parent)
@@ -305,12 +324,18 @@ def _install_files(
     finally:
         _remove_staging(parent, staging)
     written = [str(destination) for _, destination in moves]
+    backup = None
     if kata_pending and not kata_inside:
         # An overridden Kata config path may be on another file system than the staging area.
+        # It names a node file, written at its links' target; one the installer did not write
+        # is backed up first.
         target = host.resolve(kata_config, follow=True, create=True)
+        old = read_file(target)
+        if old is not None and not old.startswith(KATA_CONFIG_MARK):
+            backup = _back_up(target, old, mode_of(target), now)
         write_atomically(target, kata_bytes, mode=CONFIG_MODE)
         written.append(str(kata_config))
-    return tuple(written)
+    return tuple(written), backup
 
 
 def _remove_staging(parent: int, staging: str) -> None:
