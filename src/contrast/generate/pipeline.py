@@ -32,7 +32,7 @@ from contrast.images.layout import OciLayout
 from contrast.images.model import ImageFacts
 from contrast.images.reference import ImageReference
 from contrast.images.resolver import ImageResolver
-from contrast.kuberesource import checks, inject, runtimeclass, schema, yamlio
+from contrast.kuberesource import checks, inject, knownannotations, runtimeclass, schema, yamlio
 from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
@@ -577,6 +577,8 @@ def generate(
         schema_cache,
         as_read,
     )
+    for file in files:
+        knownannotations.check_documents(file.documents, file.name)
     choices = runtimeclass.resolve_all(
         [w for file in files for w in file.workloads()], options.platform
     )
