@@ -39,7 +39,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from contrast.attestation.certificates import load_certificate, parse_time
+from cryptography import x509
+
+from contrast.attestation.certificates import load_certificate, load_certificates, parse_time
 from contrast.attestation.errors import AttestationError
 from contrast.attestation.snp.reference import MinimumTcb, SnpReferenceValues, validate_report
 from contrast.attestation.snp.report import GuestPolicy, Product, Report
@@ -138,17 +140,26 @@ class SnpPolicy:
 
 @dataclass(frozen=True)
 class TdxPolicy:
+    """`td_attributes` as the original quote has them. Debug refused: ours refuses DEBUG and
+    compares the rest; go-tdx-guest, whose one attribute rule is the exact value, is given them
+    with DEBUG cleared. Debug allowed: ours ignores the bit, Google is given them as they are."""
+
     mr_td: bytes
     td_attributes: bytes
     up_to_date_only: bool
+    allow_debug: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"mr_td": _b64(self.mr_td), "td_attributes": _b64(self.td_attributes)}
+        attributes = self.td_attributes
+        if not self.allow_debug:
+            attributes = bytes([attributes[0] & 0xFE]) + attributes[1:]
+        return {"mr_td": _b64(self.mr_td), "td_attributes": _b64(attributes)}
 
     def reference(self) -> TdxReferenceValues:
         return TdxReferenceValues(
             mr_td=frozenset({self.mr_td}),
             td_attributes=self.td_attributes,
+            allow_debug=self.allow_debug,
             accepted_tcb_statuses=(
                 frozenset({TcbStatus.UP_TO_DATE}) if self.up_to_date_only else frozenset()
             ),
@@ -280,7 +291,8 @@ def _tcb_signing_pinned(case: Case, our: Verdict, google: Verdict) -> bool:
         and case.mutation.endswith("tcb_signing_chain")
         and (
             "signing certificate has expired" in google.reason
-            or "issuer chain" in google.reason
+            or "tcbInfo response verification failed" in google.reason
+            or "QeIdentity response verification failed" in google.reason
             or "Issuer-Chain" in google.reason
         )
     )
@@ -296,15 +308,12 @@ def _product_against_cpuid(case: Case, our: Verdict, google: Verdict) -> bool:
     )
 
 
-def _debug_in_expected_attributes(case: Case, our: Verdict, google: Verdict) -> bool:
-    """go-tdx-guest's only TD attribute rule is the exact value; a policy expecting DEBUG set
-    while refusing debug is accepted there, refused here."""
-    return (
-        case.kind == "tdx"
-        and google.ok
-        and our.reason.startswith("debug_not_allowed")
-        and isinstance(case.policy, TdxPolicy)
-        and bool(case.policy.td_attributes[0] & 1)
+def _collateral_not_yet_valid(case: Case, our: Verdict, google: Verdict) -> bool:
+    """Ours refuses collateral issued after the instant checked; go-tdx-guest reads only
+    nextUpdate (and no CRL's thisUpdate)."""
+    return google.ok and (
+        our.reason.startswith(("tcb_info_not_yet_valid", "qe_identity_not_yet_valid"))
+        or (our.reason.startswith("bad_crl") and "is not valid before" in our.reason)
     )
 
 
@@ -338,9 +347,7 @@ KNOWN_DIFFERENCES: tuple[KnownDifference, ...] = (
         "TCB Signing certificates pinned, not taken from the collateral", _tcb_signing_pinned
     ),
     KnownDifference("configured product checked against CPUID", _product_against_cpuid),
-    KnownDifference(
-        "TD attributes expected with DEBUG while debug is refused", _debug_in_expected_attributes
-    ),
+    KnownDifference("collateral issued after the instant checked", _collateral_not_yet_valid),
 )
 
 
@@ -411,7 +418,6 @@ def _tdx_base(vector: Vector) -> Case:
             mr_td, attributes = body.mr_td, body.td_attributes
         except AttestationError:
             mr_td, attributes = bytes(48), bytes(8)
-    attributes = bytes([attributes[0] & 0xFE]) + attributes[1:]
     return Case(
         id=vector.name,
         kind="tdx",
@@ -613,8 +619,12 @@ def _snp_policy_variation(
     base: Case, policy: SnpPolicy, vcek: Any, rng: random.Random
 ) -> Iterator[Case]:
     """Signature-keeping variations: the instant, the minimum TCB, product, debug, VMPL, SMT."""
-    choice = rng.randrange(9)
-    if choice == 0:
+    choice = rng.randrange(10)
+    if choice == 9:
+        edge = rng.choice((vcek.not_valid_before_utc, vcek.not_valid_after_utc))
+        when = edge + timedelta(seconds=rng.choice((-1, 0, 1)))
+        yield replace(base, mutation="policy:vcek-edge", detail=str(when), now=when)
+    elif choice == 0:
         when = vcek.not_valid_before_utc - timedelta(seconds=rng.choice((1, 3600, 86400 * 30)))
         yield replace(base, mutation="policy:before-vcek", detail=str(when), now=when)
     elif choice == 1:
@@ -798,6 +808,28 @@ def _json_field_edit(document: bytes, rng: random.Random) -> tuple[bytes, str]:
     return document[:offset] + new + document[offset + size :], detail
 
 
+def _crl_edit(der: bytes, rng: random.Random) -> tuple[bytes, str]:
+    """Edit a CRL in place: a digit of thisUpdate/nextUpdate/a revocation date, or a byte of a
+    revoked serial number (an INTEGER followed by its revocation date)."""
+    targets: list[tuple[str, int, int]] = []
+    for match in re.finditer(rb"\x17\x0d\d{12}Z", der):
+        targets.append(("time", match.start() + 2, 12))
+    for match in re.finditer(rb"\x02([\x01-\x14])", der):
+        length = match[1][0]
+        end = match.end() + length
+        if end < len(der) and der[end] == 0x17:
+            targets.append(("serial", match.end(), length))
+    if not targets:
+        return _flip(der, rng)
+    what, offset, size = rng.choice(targets)
+    index = offset + rng.randrange(size)
+    if what == "time":
+        digit = rng.choice([d for d in b"0123456789" if d != der[index]])
+    else:
+        digit = rng.choice([v for v in range(256) if v != der[index]])
+    return der[:index] + bytes([digit]) + der[index + 1 :], f"{what} byte {index:#x}"
+
+
 def _collateral_mutation(
     base: Case, collateral: dict[str, bytes], others: list[Case], rng: random.Random
 ) -> Iterator[Case]:
@@ -808,6 +840,9 @@ def _collateral_mutation(
         mutation = f"bitflip:{key}"
     elif choice < 0.75 and key in ("tcb_info", "qe_identity"):
         edited, detail = _json_field_edit(collateral[key], rng)
+        mutation = f"field:{key}"
+    elif choice < 0.75 and key.endswith("crl"):
+        edited, detail = _crl_edit(collateral[key], rng)
         mutation = f"field:{key}"
     elif choice < 0.85 and key == "tcb_signing_chain":
         name = rng.choice(("tcb_signing_chain_2018.pem", "tcb_signing_chain_2025.pem"))
@@ -826,8 +861,15 @@ def _collateral_mutation(
 
 def _tdx_policy_variation(base: Case, others: list[Case], rng: random.Random) -> Iterator[Case]:
     assert isinstance(base.policy, TdxPolicy)
-    choice = rng.randrange(5)
-    if choice == 0:
+    choice = rng.randrange(6)
+    if choice == 5:
+        edges = _tdx_edges(base)
+        if edges:
+            what, edge = rng.choice(edges)
+            offset = rng.choice((-1, 0, 1))
+            when = edge + timedelta(seconds=offset)
+            yield replace(base, mutation="policy:edge", detail=f"{what} {offset:+d} s", now=when)
+    elif choice == 0:
         when = base.now + timedelta(days=rng.choice((-3650, -400, -40, -1, 1, 20, 40, 400, 3650)))
         yield replace(base, mutation="policy:now", detail=str(when), now=when)
     elif choice == 1:
@@ -849,14 +891,35 @@ def _tdx_policy_variation(base: Case, others: list[Case], rng: random.Random) ->
             base, mutation="swap:quote", detail=f"quote of {other.base}", evidence=other.evidence
         )
     else:
-        attributes = bytearray(base.policy.td_attributes)
-        attributes[0] |= 1
         yield replace(
             base,
-            mutation="policy:debug-expected",
-            detail="TdAttributes with DEBUG, debug not allowed",
-            policy=replace(base.policy, td_attributes=bytes(attributes)),
+            mutation="policy:allow-debug",
+            detail="debug allowed",
+            policy=replace(base.policy, allow_debug=True),
         )
+
+
+def _tdx_edges(case: Case) -> list[tuple[str, datetime]]:
+    """The instants at which something in the case becomes or stops being valid."""
+    edges: list[tuple[str, datetime]] = []
+    try:
+        chain = Quote.from_bytes(case.evidence).signature_data.pck_chain_pem
+    except AttestationError:
+        chain = None
+    if chain:
+        for name, certificate in zip(("PCK", "PCK CA"), load_certificates(chain), strict=False):
+            edges += [(f"{name} notBefore", certificate.not_valid_before_utc),
+                      (f"{name} notAfter", certificate.not_valid_after_utc)]  # fmt: skip
+    for key, document in (case.collateral or {}).items():
+        if key in ("tcb_info", "qe_identity"):
+            for match in re.finditer(rb'"(issueDate|nextUpdate)":"([^"]+)"', document):
+                edges.append((f"{key} {match[1].decode()}", parse_time(match[2].decode())))
+        elif key.endswith("crl"):
+            crl = x509.load_der_x509_crl(document)
+            edges.append((f"{key} thisUpdate", crl.last_update_utc))
+            if crl.next_update_utc is not None:
+                edges.append((f"{key} nextUpdate", crl.next_update_utc))
+    return edges
 
 
 def mutated_cases(count: int, seed: int) -> Iterator[Case]:
@@ -875,7 +938,19 @@ def mutated_cases(count: int, seed: int) -> Iterator[Case]:
     for index in range(count):
         base, stream = streams[index % len(streams)]
         case = next(stream)
+        if _is_debug(base) and rng.random() < 0.5:
+            # Else every variation of a debug guest ends at "debug refused" on both sides.
+            case = replace(case, policy=replace(case.policy, allow_debug=True))
         yield replace(case, id=f"{base.base}#{index}")
+
+
+def _is_debug(case: Case) -> bool:
+    if isinstance(case.policy, TdxPolicy):
+        return bool(case.policy.td_attributes[0] & 1)
+    try:
+        return Report.from_bytes(case.evidence, product=None).policy.debug
+    except AttestationError:
+        return False
 
 
 # Running both sides.
