@@ -173,3 +173,161 @@ def test_a_latest_transition_of_dev_zero_is_refused(workspace: Path, tmp_path: P
         " the most accepted (restore it from a backup"
     )
     assert err.count("\n") == 1
+
+
+# --- every other file a command reads from a path the user names ------------------------------
+
+
+def _sparse(path: Path, size: int) -> Path:
+    """A file of `size` bytes that takes no disk: one past a bound is refused by its size."""
+    with path.open("wb") as file:
+        file.truncate(size)
+    return path
+
+
+Case = tuple[list[str], str | None, str]  # arguments, file for stdin, what the line must say
+
+
+def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
+    small = tmp / "small"
+    small.write_bytes(b"\0" * 1184)
+    resources = tmp / "resources"
+    resources.mkdir()
+    _sparse(resources / "big.yml", (256 << 20) + 1)
+    generated = tmp / "generated"
+    generated.mkdir()
+    for name in ("rules.rego", "settings.json"):
+        _sparse(generated / name, (16 << 20) + 1)
+    only_manifest = tmp / "only-manifest"
+    only_manifest.mkdir()
+    _sparse(only_manifest / "manifest.json", (4 << 20) + 1)
+    tdx = ["runtime", "reference-values", "--platform", "metal-qemu-tdx"]
+    return {
+        "evidence": (
+            ["evidence", "verify", "/dev/zero"],
+            None,
+            "the evidence /dev/zero is larger than 1 MiB",
+        ),
+        "evidence --cert": (
+            ["evidence", "verify", "--format", "snp", str(small), "--cert", "/dev/zero"],
+            None,
+            "the certificate /dev/zero is larger than 1 MiB",
+        ),
+        "evidence --collateral": (
+            ["evidence", "verify", "--format", "tdx", str(small), "--collateral", "/dev/zero"],
+            None,
+            "the collateral /dev/zero is larger than 16 MiB",
+        ),
+        "policy --policy": (
+            ["policy", "evaluate", "--policy", "/dev/zero", "--request", str(small)],
+            None,
+            "the policy file /dev/zero is larger than 64 MiB",
+        ),
+        "policy --request": (
+            ["policy", "evaluate", "--policy", str(small), "--request", "/dev/zero"],
+            None,
+            "the request file /dev/zero is larger than 64 MiB",
+        ),
+        "policy --request on stdin": (
+            ["policy", "evaluate", "--policy", str(small), "--request", "-"],
+            "/dev/zero",
+            "the request on stdin is larger than 64 MiB",
+        ),
+        "reference-values --firmware": (
+            [*tdx, "--firmware", "/dev/zero", "--kernel", str(small)],
+            None,
+            "the firmware /dev/zero is larger than 256 MiB",
+        ),
+        "reference-values --initrd": (
+            [
+                *tdx,
+                "--firmware",
+                str(small),
+                "--kernel",
+                str(small),
+                "--initrd",
+                str(_sparse(tmp / "initrd", (1 << 30) + 1)),
+            ],
+            None,
+            "the initrd",
+        ),
+        "reference-values --tdx-event-log": (
+            [
+                *tdx,
+                "--firmware",
+                str(small),
+                "--kernel",
+                str(small),
+                "--tdx-event-log",
+                "/dev/zero",
+                str(small),
+            ],
+            None,
+            "the TDX event log /dev/zero is larger than 16 MiB",
+        ),
+        "set's resources": (
+            ["set", "-c", COORDINATOR_ADDRESS, "--workspace-dir", str(workspace), str(resources)],
+            None,
+            f"the resource file {resources / 'big.yml'} is larger than 256 MiB",
+        ),
+        "generate's YAML": (
+            ["generate", "--workspace-dir", str(tmp), "/dev/zero"],
+            None,
+            "the YAML file /dev/zero is larger than 256 MiB",
+        ),
+        "generate's stdin": (
+            ["generate", "--workspace-dir", str(tmp), "-"],
+            "/dev/zero",
+            "the YAML on stdin is larger than 256 MiB",
+        ),
+        "generate's rules": (
+            ["generate", "--workspace-dir", str(generated), str(small)],
+            None,
+            f"the policy rules {generated / 'rules.rego'} is larger than 16 MiB",
+        ),
+        "generate's settings": (
+            [
+                "generate",
+                "--workspace-dir",
+                str(generated),
+                "-p",
+                str(tmp / "none.rego"),
+                str(small),
+            ],
+            None,
+            f"the settings file {generated / 'settings.json'} is larger than 16 MiB",
+        ),
+        "generate's manifest": (
+            ["generate", "--workspace-dir", str(only_manifest), str(small)],
+            None,
+            f"the existing manifest {only_manifest / 'manifest.json'} is larger than 4 MiB",
+        ),
+    }
+
+
+CASE_NAMES = [
+    "evidence", "evidence --cert", "evidence --collateral", "policy --policy", "policy --request",
+    "policy --request on stdin", "reference-values --firmware", "reference-values --initrd",
+    "reference-values --tdx-event-log", "set's resources", "generate's YAML", "generate's stdin",
+    "generate's rules", "generate's settings", "generate's manifest",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", CASE_NAMES)
+def test_every_file_a_command_reads_is_bounded(workspace: Path, tmp_path: Path, case: str) -> None:
+    arguments, stdin, said = _cases(workspace, tmp_path)[case]
+    with open(stdin or os.devnull, "rb") as source:
+        result = subprocess.run(
+            [sys.executable, "-m", "contrast", *arguments],
+            stdin=source,
+            capture_output=True,
+            text=True,
+            preexec_fn=_limit_memory,
+            timeout=120,
+            check=False,
+        )
+    assert (result.returncode, result.stdout) == (1, ""), result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert result.stderr.startswith("contrast: ")
+    assert said in result.stderr
+    assert ", the most accepted (" in result.stderr  # with what to do

@@ -221,7 +221,7 @@ def test_policy_from_initdata_toml_and_stdin_requests(
 ) -> None:
     toml = tmp_path / "initdata.toml"
     toml.write_bytes(Initdata({"policy.rego": POLICY}).to_toml())
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(CREATE)))
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(json.dumps(CREATE).encode())))
     code, out, _ = _run(
         capsys,
         "evaluate",

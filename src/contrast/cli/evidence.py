@@ -10,10 +10,17 @@ from typing import Any
 from contrast.attestation import tee
 from contrast.attestation import verdict as verdicts
 from contrast.attestation.certificates import parse_time
+from contrast.boundedfile import read_bounded
 from contrast.errors import ContrastError
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
+# Bounds on the files read (`contrast.boundedfile`), far above real ones: a report is 1184
+# bytes, a quote with its PCK chain about 5 KiB, a certificate or CRL a few KiB; Intel's TCB
+# info and QE identity JSON are tens of KiB, its PCK CRL can list many thousands of entries.
+EVIDENCE_MAX_BYTES = 1 << 20
+CERTIFICATE_MAX_BYTES = 1 << 20
+COLLATERAL_MAX_BYTES = 16 << 20
 
 
 def register(commands: Any) -> None:
@@ -72,14 +79,16 @@ def register(commands: Any) -> None:
 
 
 def run_verify(arguments: argparse.Namespace) -> int:
-    data = _read(arguments.file, "evidence")
+    data = _read(arguments.file, "evidence", EVIDENCE_MAX_BYTES)
     now: datetime = arguments.at or datetime.now(UTC)
     platform = tee.Platform(arguments.format) if arguments.format else tee.detect_platform(data)
     state: Path | None = arguments.emulated_roots
     if platform is tee.Platform.SNP:
         verdict = verdicts.verify_snp(
             data,
-            endorsements=[_read(path, "certificate") for path in arguments.cert],
+            endorsements=[
+                _read(path, "certificate", CERTIFICATE_MAX_BYTES) for path in arguments.cert
+            ],
             now=now,
             product=arguments.product,
             **({"roots": verdicts.emulated_snp_roots(state)} if state else {}),
@@ -87,7 +96,9 @@ def run_verify(arguments: argparse.Namespace) -> int:
     else:
         verdict = verdicts.verify_tdx(
             data,
-            collateral=[_read(path, "collateral") for path in arguments.collateral],
+            collateral=[
+                _read(path, "collateral", COLLATERAL_MAX_BYTES) for path in arguments.collateral
+            ],
             now=now,
             **({"roots": verdicts.emulated_tdx_roots(state)} if state else {}),
         )
@@ -125,8 +136,15 @@ def _instant(text: str) -> datetime:
         raise argparse.ArgumentTypeError(str(error)) from None
 
 
-def _read(path: Path, what: str) -> bytes:
+_HINTS = {
+    "evidence": "pass the raw report or quote the guest produced",
+    "certificate": "pass one DER or PEM certificate or CRL per --cert",
+    "collateral": "pass one collateral document per --collateral",
+}
+
+
+def _read(path: Path, what: str, max_bytes: int) -> bytes:
     try:
-        return path.read_bytes()
+        return read_bounded(path, max_bytes, what=f"the {what}", hint=_HINTS[what])
     except OSError as error:
         raise ContrastError(f"cannot read {what} {path}: {error.strerror}") from None

@@ -20,6 +20,7 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
+from contrast.boundedfile import read_bounded, read_stream_bounded
 from contrast.boundedjson import JsonInputError, JsonLimits, NotJson, load
 from contrast.errors import ContrastError
 from contrast.kuberesource import yamlbounds
@@ -36,6 +37,8 @@ STDIN = "-"
 # Request files are read whole before evaluation: bounded in size (a day of an agent's policy log
 # fits) and depth (a CreateContainerRequest with its OCI spec nests about 8 levels deep).
 REQUEST_LIMITS = JsonLimits(max_bytes=64 << 20, max_depth=64)
+# A policy file is Rego, initdata or the YAML of the pods carrying it: a policy is about 100 KiB.
+POLICY_MAX_BYTES = 64 << 20
 
 _EXIT_CODES = f"""exit codes:
   {EXIT_OK}  every request allowed, or every verdict as the request's "allowed" expects
@@ -134,8 +137,10 @@ def run_explain(arguments: argparse.Namespace) -> int:
 def _run(arguments: argparse.Namespace, *, explaining: bool) -> int:
     if arguments.policy == STDIN and arguments.request == STDIN:
         raise PolicyInputError("only one of --policy and --request can read stdin")
-    policy = AgentPolicy(load_policy_text(_read(arguments.policy, "policy"), arguments.pod))
-    cases = load_requests(_read(arguments.request, "request"), arguments.name)
+    policy_text = _read(arguments.policy, "policy")
+    request_text = _read(arguments.request, "request")  # both read before either is loaded
+    policy = AgentPolicy(load_policy_text(policy_text, arguments.pod))
+    cases = load_requests(request_text, arguments.name)
     policy_data = policy.query("policy_data") if explaining else None
     outcomes = []
     for index, case in enumerate(cases, start=1):
@@ -164,10 +169,17 @@ def _run(arguments: argparse.Namespace, *, explaining: bool) -> int:
 
 
 def _read(name: str, what: str) -> str:
-    if name == STDIN:
-        return sys.stdin.read()
+    """The policy or request file (or stdin), within its bound (`contrast.boundedfile`)."""
+    limit = POLICY_MAX_BYTES if what == "policy" else REQUEST_LIMITS.max_bytes
+    hint = f"pass the {what} file itself"
     try:
-        return Path(name).read_text()
+        if name == STDIN:
+            data = read_stream_bounded(
+                sys.stdin.buffer, limit, name="on stdin", what=f"the {what}", hint=hint
+            )
+        else:
+            data = read_bounded(Path(name), limit, what=f"the {what} file", hint=hint)
+        return data.decode()
     except (OSError, UnicodeDecodeError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise PolicyInputError(f"cannot read the {what} file {name}: {reason}") from None

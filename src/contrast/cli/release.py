@@ -17,6 +17,7 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
+from contrast.boundedfile import read_bounded
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend
@@ -24,6 +25,14 @@ from contrast.kata.build import BuildRequest, build_runtime
 from contrast.kuberesource import release, releaseimages, yamlio
 from contrast.manifest import defaults
 from contrast.platforms import PLATFORMS, Tee, by_name
+
+# Bounds on the guest image files `reference-values` measures in memory (TDX) and on the event
+# log it replays, far above real ones: TDVF is 4 MiB, Kata's kernel about 10 MiB, its initrd
+# tens of MiB, the CCEL table 56 bytes and its log tens of KiB.
+FIRMWARE_MAX_BYTES = 256 << 20
+KERNEL_MAX_BYTES = 256 << 20
+INITRD_MAX_BYTES = 1 << 30
+EVENT_LOG_MAX_BYTES = 16 << 20
 
 
 def register(commands: Any) -> None:
@@ -227,7 +236,9 @@ def _rtmr0(arguments: argparse.Namespace) -> bytes | None:
         except ValueError:
             raise ContrastError("--tdx-rtmr0 is not hex") from None
     if arguments.tdx_event_log:
-        table, data = (_read(path) for path in arguments.tdx_event_log)
+        table, data = (
+            _read(path, "TDX event log", EVENT_LOG_MAX_BYTES) for path in arguments.tdx_event_log
+        )
         return read_event_log(table, data).replay()[0]
     return None
 
@@ -237,18 +248,21 @@ def _tdx_measurements(arguments: argparse.Namespace) -> measure.TdxLaunchMeasure
         raise ContrastError("TDX reference values need --kernel (direct boot)")
     rtmr0 = _rtmr0(arguments)
     return measure.predict(
-        _read(arguments.firmware),
-        _read(arguments.kernel),
-        None if arguments.initrd is None else _read(arguments.initrd),
+        _read(arguments.firmware, "firmware", FIRMWARE_MAX_BYTES),
+        _read(arguments.kernel, "kernel", KERNEL_MAX_BYTES),
+        None if arguments.initrd is None else _read(arguments.initrd, "initrd", INITRD_MAX_BYTES),
         arguments.cmdline,
         rtmr0=rtmr0,
         order=measure.PageAddOrder(arguments.tdx_page_add_order),
     )
 
 
-def _read(path: Path) -> bytes:
+def _read(path: Path, what: str, max_bytes: int) -> bytes:
+    """A guest image file, within its bound (`contrast.boundedfile`): measured whole in memory."""
     try:
-        return path.read_bytes()
+        return read_bounded(
+            path, max_bytes, what=f"the {what}", hint="pass the file the runtime installs"
+        )
     except OSError as error:
         raise ContrastError(f"cannot read {path}: {error.strerror}") from None
 

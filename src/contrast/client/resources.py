@@ -12,6 +12,7 @@ from typing import Any
 
 from ruamel.yaml.error import YAMLError
 
+from contrast.boundedfile import read_bounded
 from contrast.errors import ContrastError
 from contrast.kuberesource import yamlbounds
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
@@ -49,7 +50,13 @@ def collect_policies(directory: Path) -> dict[str, bytes]:
     policies: dict[str, bytes] = {}
     for path in yaml_files(directory):
         try:
-            documents = yamlbounds.load_all_safe(path.read_text(), str(path))
+            data = read_bounded(
+                path,
+                yamlbounds.MAX_FILE_BYTES,
+                what="the resource file",
+                hint="pass the directory of the resources contrast generate wrote",
+            )
+            documents = yamlbounds.load_all_safe(data.decode(), str(path))
         except (OSError, YAMLError, UnicodeDecodeError) as error:
             raise ResourceError(f"cannot read {path}: {error}") from None
         for document in documents:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from ruamel.yaml.scalarbool import ScalarBoolean
 
+from contrast.boundedfile import FileTooLarge, read_bounded
 from contrast.boundedjson import JsonInputError, load
 from contrast.files import write_atomically
 from contrast.generate import manifest as manifest_document
@@ -48,6 +49,8 @@ from contrast.policy.initdata import ANNOTATION
 from contrast.policy.settings import Settings
 
 CONFIG_KINDS = {"ConfigMap", "Secret"}
+# `rules.rego` is read whole (`contrast.boundedfile`): the default rules are about 100 KiB.
+TEXT_MAX_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,13 @@ class _WorkspaceText:
         if not path.exists():
             return cls(path, default, new=True)
         try:
-            return cls(path, path.read_text(), new=False)
+            data = read_bounded(
+                path,
+                TEXT_MAX_BYTES,
+                what=f"the {what}",
+                hint=f"remove it to get the default {what}",
+            )
+            return cls(path, data.decode(), new=False)
         except (OSError, UnicodeDecodeError) as error:
             raise GenerateError(f"cannot read the {what} {path}: {error}") from None
 
@@ -165,11 +174,11 @@ def _previous_manifest(path: Path, cache: SchemaCache | None) -> dict[str, Any] 
         return None
     problem = "fix or remove it; generate keeps its reference values"
     try:
-        data = path.read_bytes()
+        data = read_bounded(path, MANIFEST_LIMITS.max_bytes, what="the existing manifest")
         document = load(data, MANIFEST_LIMITS, what=f"the existing manifest {path}")
     except OSError as error:
         raise GenerateError(f"cannot read the existing manifest {path}: {error}") from None
-    except JsonInputError as error:
+    except (JsonInputError, FileTooLarge) as error:
         raise GenerateError(error.message, hint=problem) from None
     if not isinstance(document, dict):
         raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
@@ -182,6 +191,14 @@ def _previous_manifest(path: Path, cache: SchemaCache | None) -> dict[str, Any] 
 
     _check_once(cache, "manifest", data, check)
     return document
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """Whether the file at `path` holds `data`: read no further than that."""
+    try:
+        return read_bounded(path, len(data), what="the manifest") == data
+    except (OSError, FileTooLarge):
+        return False
 
 
 def _check_manifest(document: dict[str, Any]) -> None:
@@ -687,9 +704,7 @@ def generate(
             staged.written_fingerprints(),
         )
         manifest_bytes = manifest_document.to_bytes(document)
-        manifest_unchanged = (
-            options.manifest.exists() and options.manifest.read_bytes() == manifest_bytes
-        )
+        manifest_unchanged = _holds(options.manifest, manifest_bytes)
         if not manifest_unchanged:
             _record_manifest(manifest_bytes, schema_cache)
         for remembered in (cache, schema_cache, memo):

@@ -20,10 +20,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from contrast.boundedfile import read_bounded
 from contrast.images.model import ImageError
 from contrast.images.reference import DOCKER_HUB, DOCKER_HUB_API
 
 LOG = logging.getLogger(__name__)
+# A Docker config is read whole (`contrast.boundedfile`): a few KiB with a handful of registries.
+CONFIG_MAX_BYTES = 16 << 20
 
 _DOCKER_HUB_KEYS = frozenset(
     {DOCKER_HUB, DOCKER_HUB_API, "index.docker.io", "https://index.docker.io/v1/"}
@@ -67,7 +70,12 @@ class DockerConfig:
         if path.is_dir() or not path.name.endswith(".json"):
             path = path / "config.json"
         try:
-            text = path.read_bytes()
+            text = read_bounded(
+                path,
+                CONFIG_MAX_BYTES,
+                what="the Docker config",
+                hint="point the docker config option at config.json",
+            )
         except FileNotFoundError:
             if explicit:
                 raise ImageError(

@@ -30,11 +30,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from contrast.boundedfile import FileTooLarge, read_bounded
 from contrast.files import exclusive_lock, write_atomically
 from contrast.images.layers import FILES, LayerFacts, LayerFile
 from contrast.images.reference import is_sha256_digest
 
 LOG = logging.getLogger(__name__)
+# An entry is a few hundred bytes (a layer's passwd and group): 64 MiB is a hundred thousand
+# layers. A larger file is read no further, warned about and rebuilt, like an unreadable one.
+MAX_BYTES = 64 << 20
 
 
 class LayerCache:
@@ -86,10 +90,10 @@ class LayerCache:
 def _read_entries(path: Path) -> list[dict[str, Any]]:
     """The objects of the cache file; [] (with a warning) when it is missing or unreadable."""
     try:
-        document = json.loads(path.read_bytes())
+        document = json.loads(read_bounded(path, MAX_BYTES, what="the layer cache"))
     except FileNotFoundError:
         return []
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, FileTooLarge) as error:
         LOG.warning("layer cache %s cannot be read (%s); it will be rebuilt", path, error)
         return []
     if not isinstance(document, list):

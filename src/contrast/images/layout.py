@@ -16,12 +16,22 @@ import json
 from pathlib import Path
 from typing import BinaryIO
 
-from contrast.images.manifest import REF_NAME_ANNOTATION, Descriptor, Index, parse_manifest
+from contrast.boundedfile import read_bounded
+from contrast.images.manifest import (
+    MAX_DOCUMENT_SIZE,
+    REF_NAME_ANNOTATION,
+    Descriptor,
+    Index,
+    parse_manifest,
+)
 from contrast.images.model import ImageError
 from contrast.images.reference import ImageReference, ReferenceError
 
 LAYOUT_FILE = "oci-layout"
 INDEX_FILE = "index.json"
+# `oci-layout` is `{"imageLayoutVersion": "1.0.0"}`; `index.json` is bounded like any manifest.
+LAYOUT_FILE_MAX_BYTES = 64 << 10
+_HINT = "--oci-layout takes a directory written by skopeo, crane or buildx"
 
 
 class OciLayout:
@@ -30,12 +40,17 @@ class OciLayout:
     def __init__(self, path: Path) -> None:
         self.path = path
         try:
-            marker = json.loads((path / LAYOUT_FILE).read_bytes())
-            index_data = (path / INDEX_FILE).read_bytes()
+            marker_data = read_bounded(
+                path / LAYOUT_FILE, LAYOUT_FILE_MAX_BYTES, what="the OCI layout file", hint=_HINT
+            )
+            marker = json.loads(marker_data)
+            index_data = read_bounded(
+                path / INDEX_FILE, MAX_DOCUMENT_SIZE, what="the OCI index", hint=_HINT
+            )
         except FileNotFoundError as error:
             raise ImageError(
                 f"{path} is not an OCI image layout: {Path(error.filename).name} is missing",
-                hint="--oci-layout takes a directory written by skopeo, crane or buildx",
+                hint=_HINT,
             ) from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
             raise ImageError(f"OCI layout {path}: {LAYOUT_FILE} cannot be read: {error}") from None

@@ -42,6 +42,7 @@ from typing import Any
 
 import contrast
 from contrast import distributions
+from contrast.boundedfile import FileTooLarge, read_bounded
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.files import write_atomically
 from contrast.kuberesource import schema as schema_module
@@ -120,8 +121,9 @@ class SchemaCache:
     @staticmethod
     def _load(path: Path) -> frozenset[str]:
         try:
-            document = load(path.read_bytes(), LIMITS, what=str(path))
-        except (OSError, JsonInputError):
+            data = read_bounded(path, LIMITS.max_bytes, what="the schema cache")
+            document = load(data, LIMITS, what=str(path))
+        except (OSError, JsonInputError, FileTooLarge):
             return frozenset()
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             return frozenset()

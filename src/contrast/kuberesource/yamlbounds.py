@@ -27,6 +27,10 @@ from contrast.kuberesource.workloads import ResourceError
 # uses anchors at all; a shared env list or resources block reused in a few containers adds
 # hundreds. 100 000 is far beyond that and still walked in a fraction of a second.
 ALIAS_EXPANSION_BUDGET = 100_000
+# The most bytes one YAML file (or stdin) may hold, read before anything parses it
+# (`contrast.boundedfile`): a generated workload is about 20 KiB, its policy included, so this is
+# ten thousand of them in one file; Kubernetes stores no object above 1.5 MiB.
+MAX_FILE_BYTES = 256 << 20
 
 
 class YamlBoundsError(ResourceError):

@@ -37,6 +37,7 @@ from ruamel.yaml.scalarstring import (
     SingleQuotedScalarString,
 )
 
+from contrast.boundedfile import read_bounded, read_stream_bounded, too_large
 from contrast.files import StagedFile, stage, sync_directory
 from contrast.jsontext import dumps_compact
 from contrast.kuberesource import yamlblob, yamlbounds
@@ -700,18 +701,38 @@ def load(
     """Read one file, or stdin for `-` (`memo`: see `load_text`; files only)."""
     name = str(path)
     if name == STDIO:
-        return load_text((stdin or sys.stdin).read(), STDIO, plain=plain)
+        return load_text(_read_stdin(stdin or sys.stdin), STDIO, plain=plain)
     try:
-        data = Path(path).read_bytes()
+        data = read_bounded(
+            Path(path), yamlbounds.MAX_FILE_BYTES, what="the YAML file", hint=_CHECK_PATH
+        )
     except OSError as error:
-        raise YamlError(
-            f"cannot read {name}: {error.strerror}", hint="check the path you passed"
-        ) from error
+        raise YamlError(f"cannot read {name}: {error.strerror}", hint=_CHECK_PATH) from error
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
         raise YamlError(f"{name} is not UTF-8 text (byte {error.start})") from error
     return load_text(text, name, plain=plain, memo=memo)
+
+
+_CHECK_PATH = "check the path you passed"
+_SPLIT = "pass the resources as files instead"
+
+
+def _read_stdin(stream: TextIO) -> str:
+    """Standard input as text, within `yamlbounds.MAX_FILE_BYTES` (`contrast.boundedfile`)."""
+    limit = yamlbounds.MAX_FILE_BYTES
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:  # a text stream of its own (tests pass a StringIO)
+        text = stream.read(limit + 1)
+        if len(text) > limit:
+            raise too_large("on stdin", limit, what="the YAML", hint=_SPLIT)
+        return text
+    data = read_stream_bounded(buffer, limit, name="on stdin", what="the YAML", hint=_SPLIT)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise YamlError(f"stdin is not UTF-8 text (byte {error.start})") from error
 
 
 def yaml_files(directory: Path) -> list[Path]:

@@ -48,11 +48,14 @@ from contrast.attestation.tdx.reference import (
     SEPT_VE_DISABLE_ONLY,
     TdxReferenceValues,
 )
+from contrast.boundedfile import read_bounded
 from contrast.files import write_atomically
 from contrast.manifest.errors import ManifestError
 from contrast.platforms import Hypervisor, Platform, Tee, from_runtime_class
 
 ASSET = "reference-values.json"
+# A reference values file is read whole (`contrast.boundedfile`): a release's is about 20 KiB.
+EMBEDDED_MAX_BYTES = 16 << 20
 PLATFORM = "Platform"
 # Guest policy ABI minor pinned by the original's validation (research §3.2): 0 on bare metal
 # (`snpGuestPolicyQEMU.json`), 31 on AKS.
@@ -174,7 +177,12 @@ def load_embedded(path: Path | None = None) -> dict[str, ReferenceValueSet]:
         if path is None:
             text = resources.files("contrast.manifest").joinpath("assets", ASSET).read_text()
         else:
-            text = path.read_text()
+            text = read_bounded(
+                path,
+                EMBEDDED_MAX_BYTES,
+                what="the reference values",
+                hint="pass the reference-values.json contrast runtime build wrote",
+            ).decode()
         document = json.loads(text)
     except (OSError, ValueError) as error:
         raise ReferenceValuesUnavailable(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import contrast
+from contrast.boundedfile import FileTooLarge, read_bounded
 from contrast.boundedjson import JsonInputError, JsonLimits, load
 from contrast.files import write_atomically
 from contrast.images import model as model_module
@@ -98,8 +99,9 @@ class PolicyCache:
     @staticmethod
     def _load(path: Path) -> dict[str, tuple[str, str]]:
         try:
-            document = load(path.read_bytes(), LIMITS, what=str(path))
-        except (OSError, JsonInputError):
+            data = read_bounded(path, LIMITS.max_bytes, what="the policy cache")
+            document = load(data, LIMITS, what=str(path))
+        except (OSError, JsonInputError, FileTooLarge):
             return {}
         if not isinstance(document, dict) or document.get("format") != FORMAT:
             return {}

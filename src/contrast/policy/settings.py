@@ -20,10 +20,13 @@ from typing import Any
 
 import orjson
 
+from contrast.boundedfile import read_bounded
 from contrast.errors import ContrastError
 from contrast.policy.json_patch import JsonPatchError, apply_patch
 
 ASSETS = Path(__file__).parent / "assets"
+# A settings file or drop-in is read whole (`contrast.boundedfile`): Kata's is about 10 KiB.
+MAX_BYTES = 16 << 20
 SETTINGS_NAMES = (
     ("settings.json", "settings.d"),
     ("genpolicy-settings.json", "genpolicy-settings.d"),
@@ -208,7 +211,11 @@ def default_settings() -> Settings:
 
 def _read_json(path: Path) -> Any:
     try:
-        return json.loads(path.read_bytes())
+        return json.loads(
+            read_bounded(
+                path, MAX_BYTES, what="the settings file", hint="pass a genpolicy settings file"
+            )
+        )
     except OSError as error:
         raise SettingsError(f"cannot read {path}: {error.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
