@@ -107,12 +107,14 @@ class Decision:
 class AgentPolicy:
     """One policy loaded like the agent loads it, with the state its answers build up."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, data: Mapping[str, Any] | None = None) -> None:
+        """Load `text`; `data` is a data document an earlier instance built (its `data`), for
+        callers that evaluate one pod's requests in separate processes (the emulated runtime)."""
         self.text = text
         self._engine = _engine()
         self._engine.set_gather_prints(True)
         self._engine.add_extension(_TO_NUMBER_DEFINED, 1, _to_number_defined)
-        self._data: dict[str, Any] = copy.deepcopy(dict(INITIAL_DATA))
+        self._data: dict[str, Any] = copy.deepcopy(dict(INITIAL_DATA if data is None else data))
         self._engine.add_data(copy.deepcopy(self._data))
         _add_policy(self._engine, MODULE, lenient_policy_text(text), "the policy")
         self._engine.add_policy(_LENIENT_MODULE_NAME, _LENIENT_MODULE)
