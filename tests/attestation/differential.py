@@ -503,8 +503,7 @@ TDX_SIGNATURE_FIELDS = {
 def _flip(data: bytes, rng: random.Random, bits: int = 1) -> tuple[bytes, str]:
     mutable = bytearray(data)
     where = []
-    for _ in range(bits):
-        index = rng.randrange(len(mutable) * 8)
+    for index in rng.sample(range(len(mutable) * 8), min(bits, len(mutable) * 8)):
         mutable[index // 8] ^= 1 << (index % 8)
         where.append(f"{index // 8:#x}.{index % 8}")
     return bytes(mutable), "bit " + ",".join(where)
@@ -1091,6 +1090,11 @@ def report(summary: Summary, *, examples: int = 1) -> str:
         "accepted by both, per mutation class: "
         + ", ".join(f"{k} {v}" for k, v in sorted(summary.accepted_by_mutation.items())),
     ]
+    by_difference = Counter(d.known or "NOT KNOWN" for d in summary.disagreements)
+    lines.append("disagreements per documented difference:")
+    lines += [f"  {count:6d}  {name}" for name, count in by_difference.most_common()]
+    panics = sum(1 for _, _, google in summary.crashes if google.reason.startswith("panic:"))
+    lines.append(f"Google panics (recovered; ours refused each): {panics}")
     for (kind, mutation, who, our_gist, google_gist), items in sorted(
         summary.classes().items(), key=lambda kv: -len(kv[1])
     ):
