@@ -17,6 +17,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
+from contrast.cli.main import main
 from contrast.client.workspace import generate_seedshare_owner_key, generate_workload_owner_key
 from tests.generate.conftest import GenerateWorkspace
 
@@ -177,3 +178,30 @@ def test_the_same_workspace_with_good_keys_generates(workspace: GenerateWorkspac
     assert after["seedshare-owner.pem"] == before["seedshare-owner.pem"]
     assert "layers-cache.json" in after  # what the refused runs must not write
     assert "manifest.json" in after
+
+
+def test_a_platform_without_reference_values_is_refused_before_any_image_is_read(
+    workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A real platform's values are only read: one the build lacks is refused first.
+
+    (The emulated TEE's values are made with its state, which is created only once the images
+    were read: a run refused for an image must not leave a new TEE behind either.)
+    """
+    workspace.add_example("sidecar-tls")
+    workspace.add_coordinator("metal-qemu-snp")
+    workspace.root.mkdir(parents=True, exist_ok=True)
+    empty = tmp_path / "no-values.json"
+    empty.write_text("{}\n")
+    before = _snapshot(workspace.root)
+    capsys.readouterr()
+    code = main(
+        ["generate", "--workspace-dir", str(workspace.root), "--oci-layout", str(workspace.layout),
+         "--reference-values-file", str(empty), "--reference-values", "metal-qemu-snp",
+         str(workspace.resources)]
+    )  # fmt: skip
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "this build has no reference values for Metal-QEMU-SNP" in err
+    assert err.count("\n") == 1
+    assert _snapshot(workspace.root) == before

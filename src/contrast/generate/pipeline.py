@@ -12,6 +12,7 @@ they were; every file is replaced atomically. A second run over its own output c
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -628,6 +629,21 @@ def generate(
         edit.place(workload)
         edits[id(workload.resource)] = edit
 
+    # A real platform's reference values are only read: taken now, a platform this build has
+    # none for is refused before any image is read (or the layer cache written). The emulated
+    # TEE's values are made with its state: they are taken below, once the images were read.
+    platforms = runtimeclass.used_platforms(choices)
+    provider = functools.cache(
+        references
+        or ReferenceValueProvider(
+            emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
+        )
+    )
+    existing_values = (previous or {}).get("ReferenceValues", {})
+    manifest_document.reference_values(
+        existing_values, [p for p in platforms if not p.emulated], provider
+    )
+
     wanted = sorted({image for w in confidential for image in generator.required_images(w)})
     resolver = resolver or ImageResolver(
         oci_layouts=list(options.oci_layouts),
@@ -668,13 +684,9 @@ def generate(
             result.policies[workload.describe()] = policy_hash
             result.warnings.extend(warnings)
 
-        platforms = runtimeclass.used_platforms(choices)
         result.platforms = tuple(p.display_name for p in platforms)
-        provider = references or ReferenceValueProvider(
-            emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
-        )
         values, result.missing_reference_values = manifest_document.reference_values(
-            (previous or {}).get("ReferenceValues", {}), platforms, provider
+            existing_values, platforms, provider
         )
         document = manifest_document.manifest_document(
             identities, values, keys, seedshare_threshold=options.seedshare_threshold
