@@ -251,6 +251,22 @@ def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
             None,
             "the initrd",
         ),
+        "reference-values SNP --initrd": (
+            [
+                "runtime",
+                "reference-values",
+                "--platform",
+                "metal-qemu-snp",
+                "--firmware",
+                str(small),
+                "--kernel",
+                str(small),
+                "--initrd",
+                str(_sparse(tmp / "snp-initrd", (1 << 30) + 1)),
+            ],
+            None,
+            "the initrd",
+        ),
         "reference-values --tdx-event-log": (
             [
                 *tdx,
@@ -306,10 +322,13 @@ def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
 
 
 CASE_NAMES = [
-    "evidence", "evidence --cert", "evidence --collateral", "policy --policy", "policy --request",
-    "policy --request on stdin", "reference-values --firmware", "reference-values --initrd",
-    "reference-values --tdx-event-log", "set's resources", "generate's YAML", "generate's stdin",
-    "generate's rules", "generate's settings", "generate's manifest",
+    "evidence", "evidence --cert", "evidence --collateral",
+    "policy --policy", "policy --request", "policy --request on stdin",
+    "reference-values --firmware", "reference-values --initrd", "reference-values SNP --initrd",
+    "reference-values --tdx-event-log",
+    "set's resources",
+    "generate's YAML", "generate's stdin", "generate's rules", "generate's settings",
+    "generate's manifest",
 ]  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
-from contrast.boundedfile import read_bounded
+from contrast.boundedfile import read_bounded, too_large
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend
@@ -33,6 +33,7 @@ FIRMWARE_MAX_BYTES = 256 << 20
 KERNEL_MAX_BYTES = 256 << 20
 INITRD_MAX_BYTES = 1 << 30
 EVENT_LOG_MAX_BYTES = 16 << 20
+_GUEST_FILE = "pass the file the runtime installs"
 
 
 def register(commands: Any) -> None:
@@ -205,6 +206,12 @@ def run_reference_values(arguments: argparse.Namespace) -> int:
     if platform.tee is Tee.SNP:
         if arguments.tdx_rtmr0 or arguments.tdx_event_log:
             raise ContrastError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
+        for path, what, bound in (
+            (arguments.firmware, "firmware", FIRMWARE_MAX_BYTES),
+            (arguments.kernel, "kernel", KERNEL_MAX_BYTES),
+            (arguments.initrd, "initrd", INITRD_MAX_BYTES),
+        ):
+            _check_size(path, what, bound)
         image = GuestImage(
             arguments.firmware, arguments.kernel, arguments.initrd, arguments.cmdline
         )
@@ -257,12 +264,20 @@ def _tdx_measurements(arguments: argparse.Namespace) -> measure.TdxLaunchMeasure
     )
 
 
+def _check_size(path: Path | None, what: str, max_bytes: int) -> None:
+    """The bound of `_read` for a file sev-snp-measure reads itself (SNP), checked by its size.
+
+    Only regular files are measured (`launch_digest` refuses anything else), so the size is
+    all there is to check here.
+    """
+    if path is not None and path.is_file() and path.stat().st_size > max_bytes:
+        raise too_large(path, max_bytes, what=f"the {what}", hint=_GUEST_FILE)
+
+
 def _read(path: Path, what: str, max_bytes: int) -> bytes:
     """A guest image file, within its bound (`contrast.boundedfile`): measured whole in memory."""
     try:
-        return read_bounded(
-            path, max_bytes, what=f"the {what}", hint="pass the file the runtime installs"
-        )
+        return read_bounded(path, max_bytes, what=f"the {what}", hint=_GUEST_FILE)
     except OSError as error:
         raise ContrastError(f"cannot read {path}: {error.strerror}") from None
 
