@@ -1,0 +1,234 @@
+"""The runc calls that are Kata agent requests: checked against the pod's policy, then runc.
+
+`create` of a pod's sandbox (pause) container is CreateSandbox and CreateContainer: the pod's
+initdata (the `io.katacontainers.config.hypervisor.cc_init_data` annotation CRI copies into the
+sandbox's spec through `pod_annotations`) is fixed for the pod, its policy judges both requests,
+and the pod's emulated TEE is started with that initdata. `create` of any other container is
+CreateContainer under the same policy, with the state its earlier answers built. `exec` is
+ExecProcess. `delete` is RemoveContainer (and, for the sandbox, the end of its TEE). A refusal
+is runc failing: exit status 1, the policy's reason on stderr and in runc's log, which is what
+containerd reports ("failed to create task: … CreateContainerRequest is blocked by policy: …").
+
+Before runc creates a container its spec gets one mount more, the directory of the pod's TEE
+socket at `endpoint.CONTAINER_DIRECTORY` (read-only): the pod's only way to its TEE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, NoReturn
+
+from contrast.attestation.emulated import endpoint
+from contrast.emulatedruntime import agentrequests, runccli, teeserver
+from contrast.emulatedruntime.node import (
+    EmulatedRuntimeError,
+    NodeSettings,
+    NodeState,
+    Sandbox,
+    checked_id,
+)
+from contrast.errors import ContrastError
+from contrast.files import write_atomically
+from contrast.policy import initdata
+from contrast.policy.engine import AgentPolicy, Decision
+
+INITDATA_ANNOTATION = initdata.ANNOTATION
+CONTAINER_NAME = "io.kubernetes.cri.container-name"
+_PRINT_LOCATION = re.compile(r"^agent_policy:\d+:\s*")
+
+
+class PolicyRefusal(EmulatedRuntimeError):
+    """A request the pod's policy denies: the message is the agent's."""
+
+
+def run(argv: Sequence[str], settings: NodeSettings) -> int:
+    """Handle one runc call (argv without the program name); returns only on refusal."""
+    call = runccli.parse(argv)
+    try:
+        if call.command == "create":
+            _create(call, settings)
+        elif call.command == "exec":
+            _exec(call, settings)
+        elif call.command == "delete":
+            return _delete(call, argv, settings)
+    except ContrastError as error:
+        _report(call, error)
+        return 1
+    return _exec_runc(settings, argv)
+
+
+def _exec_runc(settings: NodeSettings, argv: Sequence[str]) -> NoReturn:
+    os.execv(settings.runc, [settings.runc, *argv])  # noqa: S606
+
+
+def _report(call: runccli.RuncCall, error: ContrastError) -> None:
+    """Tell containerd why: on stderr, and as runc's last error in its log file."""
+    message = str(error)
+    print(message, file=sys.stderr)
+    if call.log:
+        line = (
+            json.dumps({"level": "error", "msg": message, "time": datetime.now(UTC).isoformat()})
+            if call.log_format == "json"
+            else f"ERRO {message}"
+        )
+        try:
+            with open(call.log, "a") as log:
+                log.write(line + "\n")
+        except OSError:
+            pass
+
+
+def _load_policy(toml: bytes, state: Mapping[str, Any]) -> AgentPolicy:
+    document = initdata.Initdata.from_toml(toml)
+    if document.policy is None:
+        raise EmulatedRuntimeError("the pod's initdata has no policy.rego")
+    return AgentPolicy(document.policy, state.get("data"))
+
+
+def refusal_message(decision: Decision, container_name: str | None = None) -> str:
+    """The agent's denial, led by what concerns the container at hand.
+
+    Kata's rules print every policy container's failed checks; the agent joins them all. A pod
+    event shows only the start of a long message, so the lines of the policy container that
+    bears the request's own container name come first (with the rule's check name, what the
+    policy expects and what was sent), without regorus's `agent_policy:<line>:` locations.
+    """
+    lines = [_PRINT_LOCATION.sub("", line).strip() for line in decision.prints]
+    if container_name:
+        own = [line for line in lines if f" {container_name} - " in line]
+        if own:
+            lines = own + [line for line in lines if line not in own]
+    return f"{decision.kind} is blocked by policy: " + "; ".join(lines)
+
+
+def _require(decision: Decision, container_name: str | None = None) -> None:
+    if not decision.allowed:
+        raise PolicyRefusal(refusal_message(decision, container_name))
+
+
+def _create(call: runccli.RuncCall, settings: NodeSettings) -> None:
+    container_id = checked_id(call.container_id, "container id")
+    bundle = Path(call.option("--bundle", "-b") or os.getcwd())
+    config = bundle / "config.json"
+    spec = json.loads(config.read_text())
+    sandbox_id = agentrequests.sandbox_id(spec, container_id)
+    node = NodeState(settings.state)
+    if agentrequests.container_type(spec) == "sandbox":
+        sandbox = _create_sandbox(node, spec, container_id, bundle, settings)
+    else:
+        sandbox = node.sandbox(sandbox_id)
+        toml = sandbox.initdata()
+        own = spec.get("annotations", {}).get(INITDATA_ANNOTATION)
+        if own is not None and initdata.decode_annotation(own) != toml:
+            raise EmulatedRuntimeError(
+                f"container {container_id} carries another initdata than its sandbox {sandbox_id}"
+            )
+        with sandbox.locked():
+            state = sandbox.load_state()
+            policy = _load_policy(toml, state)
+
+            def device_number() -> int:
+                state["devices"] = int(state.get("devices", 0)) + 1
+                return int(state["devices"])
+
+            request = agentrequests.create_container_request(
+                spec, container_id, bundle=str(bundle), device_number=device_number
+            )
+            name = spec.get("annotations", {}).get(CONTAINER_NAME)
+            _require(policy.evaluate("CreateContainerRequest", request), name)
+            sandbox.save_state({**state, "data": policy.data})
+    node.record_container(container_id, sandbox.id)
+    _add_tee_mount(config, spec, sandbox)
+
+
+def _create_sandbox(
+    node: NodeState,
+    spec: Mapping[str, Any],
+    container_id: str,
+    bundle: Path,
+    settings: NodeSettings,
+) -> Sandbox:
+    annotation = spec.get("annotations", {}).get(INITDATA_ANNOTATION)
+    if not isinstance(annotation, str):
+        raise EmulatedRuntimeError(
+            f"pod sandbox {container_id} has no {INITDATA_ANNOTATION} annotation",
+            hint="run `contrast generate` on the pod; the runtime runs only pods with a policy"
+            " (and containerd must pass io.katacontainers.* pod annotations)",
+        )
+    toml = initdata.decode_annotation(annotation)
+    policy = _load_policy(toml, {})
+    _require(policy.evaluate("CreateSandboxRequest",
+                             agentrequests.create_sandbox_request(spec, container_id)))  # fmt: skip
+    request = agentrequests.create_container_request(spec, container_id, bundle=str(bundle))
+    _require(policy.evaluate("CreateContainerRequest", request))
+    sandbox = node.new_sandbox(container_id, toml)
+    with sandbox.locked():
+        sandbox.save_state({"data": policy.data, "devices": 0})
+    teeserver.start(sandbox, settings)
+    return sandbox
+
+
+def _add_tee_mount(config: Path, spec: Mapping[str, Any], sandbox: Sandbox) -> None:
+    mounts = [
+        m for m in spec.get("mounts", []) if m.get("destination") != endpoint.CONTAINER_DIRECTORY
+    ]
+    mounts.append(
+        {
+            "destination": endpoint.CONTAINER_DIRECTORY,
+            "type": "bind",
+            "source": str(sandbox.tee_directory),
+            "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
+        }
+    )
+    updated = {**spec, "mounts": mounts}
+    write_atomically(config, json.dumps(updated).encode(), mode=config.stat().st_mode & 0o777)
+
+
+def _exec(call: runccli.RuncCall, settings: NodeSettings) -> None:
+    container_id = checked_id(call.container_id, "container id")
+    sandbox = NodeState(settings.state).sandbox_of(container_id)
+    if sandbox is None:
+        raise EmulatedRuntimeError(f"container {container_id} was not created by this runtime")
+    process_file = call.option("--process", "-p")
+    if process_file is None:
+        raise EmulatedRuntimeError(
+            "exec without --process is not supported by the emulated runtime"
+        )
+    process = json.loads(Path(process_file).read_text())
+    request = agentrequests.exec_process_request(process, container_id, uuid.uuid4().hex)
+    with sandbox.locked():
+        policy = _load_policy(sandbox.initdata(), sandbox.load_state())
+    _require(policy.evaluate("ExecProcessRequest", request))
+
+
+def _delete(call: runccli.RuncCall, argv: Sequence[str], settings: NodeSettings) -> int:
+    """runc delete, then RemoveContainer (and the sandbox's TEE once its pause is gone)."""
+    code = subprocess.run([settings.runc, *argv], check=False).returncode  # noqa: S603
+    if code != 0:
+        return code
+    node = NodeState(settings.state)
+    container_id = checked_id(call.container_id, "container id")
+    sandbox = node.sandbox_of(container_id)
+    if sandbox is None:
+        return 0
+    if sandbox.id == container_id:
+        teeserver.stop(sandbox)
+        shutil.rmtree(sandbox.directory, ignore_errors=True)
+    elif sandbox.exists():
+        with sandbox.locked():
+            state = sandbox.load_state()
+            policy = _load_policy(sandbox.initdata(), state)
+            decision = policy.evaluate("RemoveContainerRequest", {"container_id": container_id})
+            if decision.allowed:
+                sandbox.save_state({**state, "data": policy.data})
+    node.forget_container(container_id)
+    return 0
