@@ -143,7 +143,7 @@ failed() {
 
 alive() {
     local pid
-    pid=$(cat "$DIR/$1.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null
+    pid=$(cat "$DIR/$1.pid" 2>/dev/null) && running "$pid"
 }
 
 # Waits until the command succeeds; fails with NAME's log when NAME exits or SECONDS pass.
@@ -297,6 +297,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "$PAUSE_IMAGE"
   disable_apparmor = true
+  # The kubelet asks for a negative OOM score for sandboxes; these machines' root may not lower it.
+  restrict_oom_score_adj = true
   netns_mounts_under_state_dir = true
   stream_server_address = "127.0.0.1"
   [plugins."io.containerd.grpc.v1.cri".containerd]
@@ -306,6 +308,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "$DIR/containerd/runc"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "$DIR/cni/net.d"
@@ -555,15 +558,23 @@ up() {
 
 # True when PID is a process of this cluster (its command line names DIR): pid files may be stale.
 ours() {
-    tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -qF "$DIR/"
+    tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" | grep -qF "$DIR/"
+}
+
+# True while PID runs. A stopped component is a zombie until PID 1, which adopted it when up
+# returned, reaps it; kill -0 would count that as running.
+running() {
+    local state
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    [ -n "$state" ] && [ "$state" != Z ]
 }
 
 stop_pid() {
     local pid=$1 tries
     kill -TERM "$pid" 2>/dev/null || return 0
-    for tries in $(seq 50); do
-        kill -0 "$pid" 2>/dev/null || return 0
-        sleep 0.1
+    for tries in $(seq 100); do
+        running "$pid" || return 0
+        sleep 0.05
     done
     kill -KILL "$pid" 2>/dev/null || true
 }
