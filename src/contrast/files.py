@@ -14,6 +14,8 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
+from contrast.boundedfile import read_bounded
+
 TEMPORARY_SUFFIX = ".tmp"
 # `.<name>.<8 random characters of mkstemp>[.tmp]`: the suffix-less form is what versions before
 # the suffix left behind.
@@ -54,8 +56,12 @@ class StagedFile:
         self.temporary.unlink(missing_ok=True)
 
 
-def stage(path: Path, data: bytes, *, mode: int = 0o644) -> StagedFile:
-    """`data` in a temporary file beside `path`, created with `mode`, written and synced."""
+def stage(path: Path, data: bytes, *, mode: int = 0o644, sync: bool = True) -> StagedFile:
+    """`data` in a temporary file beside `path`, created with `mode`, written and synced.
+
+    `sync` False leaves the syncing to the caller, who must have the data on disk before the
+    commit (`contrast.syncfs`: one `syncfs` for many staged files).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     descriptor, temporary = tempfile.mkstemp(
         dir=path.parent, prefix=f".{path.name}.", suffix=TEMPORARY_SUFFIX
@@ -65,7 +71,8 @@ def stage(path: Path, data: bytes, *, mode: int = 0o644) -> StagedFile:
         with os.fdopen(descriptor, "wb") as file:
             file.write(data)
             file.flush()
-            os.fsync(file.fileno())
+            if sync:
+                os.fsync(file.fileno())
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
@@ -148,5 +155,6 @@ def write_private_key(path: Path, key: PrivateKeyTypes) -> None:
 
 
 def read_private_key(path: Path) -> PrivateKeyTypes:
-    """Load a key written by `write_private_key`."""
-    return serialization.load_pem_private_key(path.read_bytes(), password=None)
+    """Load a key written by `write_private_key` (a PEM key of a few KiB: 64 KiB at most)."""
+    data = read_bounded(path, 64 << 10, what="the private key")
+    return serialization.load_pem_private_key(data, password=None)

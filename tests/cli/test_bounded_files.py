@@ -202,6 +202,11 @@ def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
     only_manifest.mkdir()
     _sparse(only_manifest / "manifest.json", (4 << 20) + 1)
     tdx = ["runtime", "reference-values", "--platform", "metal-qemu-tdx"]
+    roots = tmp / "tee" / "snp" / "milan"
+    roots.mkdir(parents=True)
+    for name in ("ask.pem", "asvk.pem"):
+        (roots / name).write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    _sparse(roots / "ark.pem", (1 << 20) + 1)
     return {
         "evidence": (
             ["evidence", "verify", "/dev/zero"],
@@ -217,6 +222,19 @@ def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
             ["evidence", "verify", "--format", "tdx", str(small), "--collateral", "/dev/zero"],
             None,
             "the collateral /dev/zero is larger than 16 MiB",
+        ),
+        "evidence --emulated-roots": (
+            [
+                "evidence",
+                "verify",
+                "--format",
+                "snp",
+                str(small),
+                "--emulated-roots",
+                str(tmp / "tee"),
+            ],
+            None,
+            f"the emulated TEE's file {roots / 'ark.pem'} is larger than 1 MiB",
         ),
         "policy --policy": (
             ["policy", "evaluate", "--policy", "/dev/zero", "--request", str(small)],
@@ -322,7 +340,7 @@ def _cases(workspace: Path, tmp: Path) -> dict[str, Case]:
 
 
 CASE_NAMES = [
-    "evidence", "evidence --cert", "evidence --collateral",
+    "evidence", "evidence --cert", "evidence --collateral", "evidence --emulated-roots",
     "policy --policy", "policy --request", "policy --request on stdin",
     "reference-values --firmware", "reference-values --initrd", "reference-values SNP --initrd",
     "reference-values --tdx-event-log",

@@ -30,6 +30,7 @@ from cryptography.x509.oid import NameOID
 from contrast.attestation.certificates import load_certificate, serial_number
 from contrast.attestation.emulated.state import (
     read_private_key,
+    read_state,
     write_atomically,
     write_private_key,
 )
@@ -104,7 +105,7 @@ def load_roots(state_dir: Path, product: Product = Product.MILAN) -> AmdRootStor
     if not all((directory / name).is_file() for name in _ROOT_FILES):
         return None
     ark, ask, asvk = (
-        load_certificate((directory / name).read_bytes(), what=f"emulated {name}")
+        load_certificate(read_state(directory / name), what=f"emulated {name}")
         for name in _ROOT_FILES
     )
     return AmdRootStore({product: ProductRoots(ark=ark, ask=ask, asvk=asvk)}, genuine=False)
@@ -122,7 +123,7 @@ class EmulatedSnp:
         self._ark = self._certificate("ark.pem")
         self._ask = self._certificate("ask.pem")
         self._asvk = self._certificate("asvk.pem")
-        self._vcek_der = (self._directory / "vcek.der").read_bytes()
+        self._vcek_der = read_state(self._directory / "vcek.der")
         self._vcek = load_certificate(self._vcek_der, what="emulated VCEK")
         key = read_private_key(self._directory / "vcek.key")
         assert isinstance(key, ec.EllipticCurvePrivateKey)
@@ -234,7 +235,7 @@ class EmulatedSnp:
         return builder.sign(key, hashes.SHA384(), rsa_padding=_PSS)
 
     def _certificate(self, name: str) -> x509.Certificate:
-        return load_certificate((self._directory / name).read_bytes(), what=f"emulated {name}")
+        return load_certificate(read_state(self._directory / name), what=f"emulated {name}")
 
 
 def _generate(directory: Path, product: Product) -> None:

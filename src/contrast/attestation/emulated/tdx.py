@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from cryptography.x509.oid import NameOID
 
 from contrast.attestation.certificates import load_certificate
-from contrast.attestation.emulated.state import read_private_key, write_private_key
+from contrast.attestation.emulated.state import read_private_key, read_state, write_private_key
 from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.tdx.collateral import Collateral, load_collateral
 from contrast.attestation.tdx.pck import SGX_EXTENSION_OID, PckExtension, PckTcb
@@ -117,10 +117,10 @@ def load_roots(state_dir: Path) -> IntelRootStore | None:
     if not (chain_file.is_file() and tcb_signing_file.is_file()):
         return None
     try:
-        *_, root = x509.load_pem_x509_certificates(chain_file.read_bytes())
+        *_, root = x509.load_pem_x509_certificates(read_state(chain_file))
     except ValueError:
         raise _issuer_error(f"{chain_file} holds no PEM certificates") from None
-    tcb_signing = load_certificate(tcb_signing_file.read_bytes(), what="emulated TCB signing")
+    tcb_signing = load_certificate(read_state(tcb_signing_file), what="emulated TCB signing")
     return IntelRootStore(root, (tcb_signing,), genuine=False)
 
 
@@ -313,8 +313,8 @@ class EmulatedTdx:
             if not isinstance(key, ec.EllipticCurvePrivateKey):
                 raise _issuer_error(f"{directory / name}.key is not a P-256 key")
             keys[name] = key
-        chain = x509.load_pem_x509_certificates((directory / "chain.pem").read_bytes())
-        tcb_signing = load_certificate((directory / "tcb_signing.pem").read_bytes())
+        chain = x509.load_pem_x509_certificates(read_state(directory / "chain.pem"))
+        tcb_signing = load_certificate(read_state(directory / "tcb_signing.pem"))
         pck, pck_ca, root = chain
         return _Hierarchy(
             root,
