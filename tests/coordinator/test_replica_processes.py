@@ -1,5 +1,6 @@
-"""Three `contrast coordinator` processes on one ConfigMap history (the fake API server), each
-listing the others with `--peer`: one gets the manifest, the other two recover from it, and a
+"""Three `contrast coordinator` processes on one ConfigMap history on the test cluster's API
+server (each authenticated as the Coordinator's ServiceAccount), each listing the others with
+`--peer`: one gets the manifest, the other two recover from it, and a
 replica killed with SIGKILL and started again is ready through peer recovery with no operator
 step, issuing certificates from the same mesh CA; kills at random points of SetManifest and of
 peer recovery lose nothing and fork nothing.
@@ -29,7 +30,8 @@ from contrast.local.processes import free_port
 from contrast.manifest.ownership import sign_update
 from tests.coordinator.conftest import Deployment, policy_hash
 from tests.coordinator.program import CoordinatorProcess
-from tests.kube.fakeapi import running, write_kubeconfig
+from tests.kube.cluster import Cluster
+from tests.kube.serviceaccount import grant
 
 REPLICAS = 3
 # How long a replica may take to become ready: a bound on waiting, not a measured property.
@@ -42,10 +44,10 @@ class Replica:
     mesh_api: int
     http: int
 
-    def flags(self, peers: list[Replica], kubeconfig: Path) -> list[str]:
+    def flags(self, peers: list[Replica], kubeconfig: Path, namespace: str) -> list[str]:
         return [
             "--user-api-port", str(self.user_api), "--mesh-api-port", str(self.mesh_api),
-            "--http-port", str(self.http), "--history", "configmaps", "--namespace", "contrast",
+            "--http-port", str(self.http), "--history", "configmaps", "--namespace", namespace,
             "--kubeconfig", str(kubeconfig), "--peer-interval", "0.2",
             *(f"--peer=127.0.0.1:{peer.mesh_api}" for peer in peers if peer != self),
         ]  # fmt: skip
@@ -84,27 +86,37 @@ def mesh_ca(program: CoordinatorProcess, deployment: Deployment) -> bytes:
 
 
 @pytest.fixture
-def cluster(deployment: Deployment, tmp_path: Path, tee_dir: Path) -> Iterator[_Cluster]:
-    with running() as server:
-        kubeconfig = write_kubeconfig(tmp_path / "kubeconfig", server.host)
-        cluster = _Cluster(deployment, tmp_path, tee_dir, kubeconfig)
-        try:
-            yield cluster
-        finally:
-            cluster.stop()
+def replica_set(
+    deployment: Deployment, tmp_path: Path, tee_dir: Path, kube_cluster: Cluster
+) -> Iterator[_ReplicaSet]:
+    namespace = kube_cluster.namespace("replicas")
+    replicas = _ReplicaSet(deployment, tmp_path, tee_dir, grant(kube_cluster, namespace), namespace)
+    try:
+        yield replicas
+    finally:
+        replicas.stop()
+        kube_cluster.kubectl("delete", "namespace", namespace, "--wait=false")
 
 
-class _Cluster:
-    def __init__(self, deployment: Deployment, tmp_path: Path, tee_dir: Path, kubeconfig: Path):
+class _ReplicaSet:
+    def __init__(
+        self,
+        deployment: Deployment,
+        tmp_path: Path,
+        tee_dir: Path,
+        kubeconfig: Path,
+        namespace: str,
+    ):
         self.deployment = deployment
         self.tmp_path = tmp_path
         self.tee_dir = tee_dir
         self.kubeconfig = kubeconfig
+        self.namespace = namespace
         self.replicas = [Replica(free_port(), free_port(), free_port()) for _ in range(REPLICAS)]
         self.programs: list[CoordinatorProcess | None] = [None] * REPLICAS
 
     def start(self, index: int) -> CoordinatorProcess:
-        flags = self.replicas[index].flags(self.replicas, self.kubeconfig)
+        flags = self.replicas[index].flags(self.replicas, self.kubeconfig, self.namespace)
         program = CoordinatorProcess.start(
             self.tmp_path / f"unused-{index}",
             self.tee_dir,
@@ -135,9 +147,9 @@ class _Cluster:
 
 
 def test_a_killed_replica_rejoins_by_peer_recovery(
-    cluster: _Cluster, deployment: Deployment
+    replica_set: _ReplicaSet, deployment: Deployment
 ) -> None:
-    programs = cluster.start_all_with_manifest()
+    programs = replica_set.start_all_with_manifest()
     first = mesh_ca(programs[0], deployment)
     assert {mesh_ca(program, deployment) for program in programs} == {first}
 
@@ -146,7 +158,7 @@ def test_a_killed_replica_rejoins_by_peer_recovery(
         programs[index].process.wait()
         others = [program for i, program in enumerate(programs) if i != index]
         assert {mesh_ca(program, deployment) for program in others} == {first}  # still issuing
-        programs[index] = cluster.start(index)
+        programs[index] = replica_set.start(index)
         wait_ready(programs[index])
         assert mesh_ca(programs[index], deployment) == first
         messages = [json.loads(line)["message"] for line in programs[index].stop()]
@@ -154,7 +166,7 @@ def test_a_killed_replica_rejoins_by_peer_recovery(
             m.startswith("recovered from the peer Coordinator at 127.0.0.1:") for m in messages
         )
         assert not any("recovered from a seed share" in m for m in messages)
-        programs[index] = cluster.start(index)  # and once more, for the next round
+        programs[index] = replica_set.start(index)  # and once more, for the next round
         wait_ready(programs[index])
 
 
@@ -186,7 +198,7 @@ def update(
 
 
 def test_kills_at_random_points_of_set_manifest_and_peer_recovery_lose_nothing(
-    cluster: _Cluster, deployment: Deployment
+    replica_set: _ReplicaSet, deployment: Deployment
 ) -> None:
     """KILL_ROUNDS rounds: an update through a random replica while a random one is killed
     (SIGKILL) at a random moment, then restarted and, every other round, killed again during its
@@ -195,7 +207,7 @@ def test_kills_at_random_points_of_set_manifest_and_peer_recovery_lose_nothing(
     extends the previous round's (an update answered OK is in it; an interrupted one may be)."""
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    programs = cluster.start_all_with_manifest()
+    programs = replica_set.start_all_with_manifest()
     before = history(programs[0])
     for round_number in range(KILL_ROUNDS):
         where = f"round {round_number} (seed {seed})"
@@ -215,12 +227,12 @@ def test_kills_at_random_points_of_set_manifest_and_peer_recovery_lose_nothing(
         for index, program in enumerate(programs):
             if index != victim:
                 assert mesh_ca(program, deployment), where  # the survivors keep issuing
-        programs[victim] = cluster.start(victim)
+        programs[victim] = replica_set.start(victim)
         if round_number % 2:  # killed again somewhere in its peer recovery
             time.sleep(rng.uniform(0, 0.3))
             programs[victim].process.kill()
             programs[victim].process.wait()
-            programs[victim] = cluster.start(victim)
+            programs[victim] = replica_set.start(victim)
         wait_ready(programs[victim])
         views = [history(program) for program in programs]
         after = views[0]
@@ -231,3 +243,62 @@ def test_kills_at_random_points_of_set_manifest_and_peer_recovery_lose_nothing(
             assert after.Manifests[-1] == deployment.manifest(names), where
         assert {mesh_ca(program, deployment) for program in programs} == {after.MeshCA}, where
         before = after
+
+
+def race(programs: list[CoordinatorProcess], requests: list[bytes]) -> dict[int, grpc.StatusCode]:
+    """Each program gets its SetManifest request at the same moment; the codes they answered."""
+    barrier = threading.Barrier(len(programs))
+    codes: dict[int, grpc.StatusCode] = {}
+
+    def attempt(index: int, program: CoordinatorProcess, payload: bytes) -> None:
+        barrier.wait()
+        codes[index] = program.call(services.SET_MANIFEST, payload)
+
+    threads = [
+        threading.Thread(target=attempt, args=(index, program, payload))
+        for index, (program, payload) in enumerate(zip(programs, requests, strict=True))
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return codes
+
+
+# Rounds of the two-replica race; each round is two SetManifest calls on the real API.
+RACE_ROUNDS = int(os.environ.get("CONTRAST_RACE_ROUNDS", "20"))
+
+
+def test_two_replica_processes_racing_on_set_manifest_leave_one_winner_and_one_chain(
+    replica_set: _ReplicaSet, deployment: Deployment
+) -> None:
+    """Two replicas get an update of their own after the same head at the same moment: one
+    answers OK, the other ABORTED (the ConfigMap's compare-and-swap on resourceVersion lost), and
+    every replica then shows the one chain of the winners."""
+    programs = replica_set.start_all_with_manifest()
+    contenders = ((programs[0], ("coordinator", "web", "client")), (programs[1], ("coordinator",)))
+    winners: list[bytes] = []
+    for round_number in range(RACE_ROUNDS):
+        head = history(programs[2]).LatestTransition.TransitionHash
+        requests = []
+        for _, names in contenders:
+            manifest = deployment.manifest(names)
+            requests.append(
+                userapi_pb2.SetManifestRequest(
+                    Manifest=manifest,
+                    Policies=deployment.documents(names),
+                    PreviousTransitionHash=head,
+                    WorkloadOwnerPublicKey=public_key_der(deployment.owner.public_key()),
+                    Signature=sign_update(deployment.owner, manifest, head),
+                ).SerializeToString()
+            )
+        codes = race([program for program, _ in contenders], requests)
+        where = f"round {round_number}: {codes}"
+        assert sorted(codes.values(), key=str) == sorted(
+            [grpc.StatusCode.OK, grpc.StatusCode.ABORTED], key=str
+        ), where
+        (winner,) = [i for i, code in codes.items() if code == grpc.StatusCode.OK]
+        winners.append(deployment.manifest(contenders[winner][1]))
+        views = [history(program) for program in programs]
+        assert all(view == views[0] for view in views), where
+        assert list(views[0].Manifests) == [deployment.manifest(), *winners], where

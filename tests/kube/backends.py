@@ -1,8 +1,12 @@
-"""The history backends every shared test runs on: files, and ConfigMaps on the fake API server."""
+"""The history backends every shared test runs on: files, and ConfigMaps on the real API server.
+
+The ConfigMap backend runs on the test cluster (`tests/kube/cluster.py`), each test in a fresh
+namespace of its own, every replica with its own API client, authenticated as the Coordinator's
+ServiceAccount with exactly the Role `contrast coordinator-resources` emits.
+"""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -10,12 +14,10 @@ import pytest
 
 from contrast.history.configmaps import ConfigMapStore, core_api
 from contrast.history.store import FileSystemStore, Store
-from tests.kube.fakeapi import running
+from tests.kube.cluster import Cluster
 
 BACKENDS = ["files", "configmaps"]
 StoreFactory = Callable[[], Store]
-# A file to which each ConfigMap store appends the API verbs the fake server saw it call.
-VERBS_RECORD = "CONTRAST_TEST_VERBS_RECORD"
 
 
 @pytest.fixture(params=BACKENDS)
@@ -24,9 +26,7 @@ def new_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreF
     if request.param == "files":
         yield lambda: FileSystemStore(tmp_path / "state")
         return
-    with running() as server:
-        yield lambda: ConfigMapStore(core_api(host=server.host), "contrast")
-    record = os.environ.get(VERBS_RECORD)
-    if record:  # tests/release/test_coordinator_rbac.py: which verbs the suite needed
-        with open(record, "a") as output:
-            output.writelines(f"{verb}\n" for verb in sorted(server.verbs))
+    cluster: Cluster = request.getfixturevalue("kube_cluster")
+    namespace = cluster.namespace("history")
+    yield lambda: ConfigMapStore(core_api(kubeconfig=cluster.kubeconfig), namespace)
+    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
