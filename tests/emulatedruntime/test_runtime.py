@@ -20,10 +20,12 @@ import pytest
 
 from contrast.api.convert import evidence_from_proto
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
+from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.attestation.certificates import load_certificate
 from contrast.attestation.emulated import endpoint
 from contrast.attestation.emulated.snp import load_roots
 from contrast.attestation.snp.verify import verify_evidence
+from contrast.errors import ContrastError
 from contrast.policy import initdata
 from tests.emulatedruntime.node import PROBE, REPORT_DATA, Node, Pod, app_pod
 
@@ -246,3 +248,16 @@ def test_the_policy_state_is_carried_between_runc_calls(node: Node, running: Pod
     assert pstate["sandbox_name"] == "app"
     assert pstate[running.sandbox_id] == 0
     assert pstate[APP] == 1
+
+
+def test_the_workload_issuer_takes_the_pods_socket(
+    node: Node, running: Pod, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--tee emulated` (Initializer, Coordinator in a pod): evidence from the pod's socket."""
+    tee = node.state / "sandboxes" / running.sandbox_id / "tee" / "tee.sock"
+    monkeypatch.setenv(endpoint.SOCKET_ENV, str(tee))
+    issuer = make_issuer(TeeKind.EMULATED, state_dir=None, policy_hash=None)
+    evidence = issuer.issue(bytes(64))
+    assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash
+    with pytest.raises(ContrastError, match="the node fixes the policy hash"):
+        make_issuer(TeeKind.EMULATED, state_dir=None, policy_hash=bytes(32))

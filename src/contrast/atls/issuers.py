@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
+from contrast.attestation.emulated.endpoint import DEFAULT_SOCKET, SOCKET_ENV, SocketIssuer
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.attestation.evidence import Evidence, Platform
@@ -19,6 +21,10 @@ MR_CONFIG_ID_SIZE = 48
 
 class TeeKind(StrEnum):
     HARDWARE = "hardware"
+    # A pod of the emulated runtime: its node's TEE socket (CONTRAST_TEE_SOCKET, default
+    # /run/contrast-tee/tee.sock), which fixes the policy hash itself.
+    EMULATED = "emulated"
+    # A local process holding the emulated TEE's state and told its policy hash (the demo).
     EMULATED_SNP = "emulated-snp"
     EMULATED_TDX = "emulated-tdx"
 
@@ -59,9 +65,17 @@ class HardwareIssuer:
 
 def make_issuer(
     kind: TeeKind, *, state_dir: Path | None, policy_hash: bytes | None
-) -> EmulatedSnpIssuer | EmulatedTdxIssuer | HardwareIssuer:
+) -> EmulatedSnpIssuer | EmulatedTdxIssuer | HardwareIssuer | SocketIssuer:
     if kind is TeeKind.HARDWARE:
         return HardwareIssuer()
+    if kind is TeeKind.EMULATED:
+        if state_dir is not None or policy_hash is not None:
+            raise ContrastError(
+                "--tee emulated takes evidence from the pod's TEE socket; the node fixes the"
+                " policy hash and keeps the TEE's state",
+                hint="drop --tee-state and --policy-hash",
+            )
+        return SocketIssuer(Path(os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET))
     if state_dir is None or policy_hash is None:
         raise ContrastError(
             "the emulated TEE needs its state directory and the workload's policy hash",
