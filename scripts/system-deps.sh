@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the tests run for real: openssl (`verify` checks the mesh certificate
 # chains), docker-registry (images for `generate`), containerd and runc (check the configs the node
-# installer writes, and run the release images), cryptsetup-bin (veritysetup), mmdebstrap (builds the
+# installer writes, and run the release images), cryptsetup-bin (veritysetup, and cryptsetup for the
+# encrypted volume's tests), mmdebstrap (builds the
 # images' root file system), skopeo (pushes them to the registry), umoci (reads our OCI layout as a
 # second, independent implementation); for the test cluster (scripts/cluster.sh): the CNI plugins,
 # iptables (kube-proxy), curl, and busybox-static (the userland of its smoke test's pod image). Only
@@ -12,6 +13,7 @@ declare -A packages=(
     [docker-registry]=docker-registry
     [containerd]=containerd
     [veritysetup]=cryptsetup-bin
+    [cryptsetup]=cryptsetup-bin
     [runc]=runc
     [mmdebstrap]=mmdebstrap
     [skopeo]=skopeo

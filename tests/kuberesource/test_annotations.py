@@ -69,6 +69,7 @@ def test_every_annotation_the_code_reads_is_in_the_table() -> None:
         ("servicemesh-admin-interface-port", "9901"),
         ("workload-secret-id", "my-workload-secret"),
         ("image-store-size", "0"),
+        ("secure-pv", "device-name:mount-name"),
     ],
 )
 def test_accepted_values_pass_on_template_and_resource(key: str, value: str) -> None:
@@ -89,7 +90,6 @@ def test_accepted_values_pass_on_template_and_resource(key: str, value: str) -> 
         ("secure-pv", "dev:mount:extra", "is not DEVICE:MOUNT"),
         ("secure-pv", "Device:mount", "is not DEVICE:MOUNT"),
         ("image-store-size", "10Gi", "recognised but not supported by this release"),
-        ("secure-pv", "device-name:mount-name", "recognised but not supported by this release"),
         ("platform", "metal-qemu-snp", "accepted: "),
     ],
 )

@@ -24,7 +24,9 @@ from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend, open_store
 from contrast.history.history import History
+from contrast.initializer import cryptsetup
 from contrast.initializer.client import obtain_mesh_certificate
+from contrast.initializer.files import WORKLOAD_SECRET
 from contrast.manifest.verifier import workload_verifier
 
 log = logging.getLogger(__name__)
@@ -208,4 +210,7 @@ def run_initializer(arguments: argparse.Namespace) -> int:
     files = obtain_mesh_certificate(target, _issuer(arguments), deadline=arguments.deadline)
     for path in files.write(arguments.output):
         log.info("wrote %s", path)
+    device = os.environ.get(cryptsetup.DEVICE_ENV)
+    if device:  # secure-pv: stay as the sidecar that holds the encrypted volume
+        cryptsetup.serve(device, arguments.output / WORKLOAD_SECRET)
     return 0

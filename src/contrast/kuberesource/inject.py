@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from contrast.initializer.files import TLS_DIR
+from contrast.kuberesource import securepv
 from contrast.kuberesource.release import INITIALIZER_IMAGE, SERVICE_MESH_IMAGE
 from contrast.kuberesource.workloads import CONTRAST_ANNOTATION_PREFIX, ResourceError, Workload
 from contrast.servicemesh import envoy
@@ -38,6 +39,7 @@ COORDINATOR_HOST_ENV = "COORDINATOR_HOST"
 SERVICE_MESH_DISABLED_ENV = "CONTRAST_SERVICE_MESH_DISABLED"
 COORDINATOR_READY_SERVICE = "coordinator-ready"
 ADMIN_PORT_NAME = "contrast-admin"
+CRYPTSETUP = securepv.CRYPTSETUP_DEVICE_ENV
 
 INITIALIZER_COMMAND = ("contrast", "initializer")
 SERVICE_MESH_COMMAND = ("contrast", "servicemesh", "run")
@@ -77,12 +79,15 @@ def _secrets_mount() -> dict[str, Any]:
     return {"name": SECRETS_VOLUME, "mountPath": SECRETS_MOUNT_PATH}
 
 
-def initializer_container(namespace: str, *, service_mesh: bool) -> dict[str, Any]:
-    """The Initializer as `contrast initializer` expects to be run (cli/components.py)."""
+def initializer_container(
+    namespace: str, *, service_mesh: bool, secure_pv: securepv.SecurePv | None = None
+) -> dict[str, Any]:
+    """The Initializer as `contrast initializer` expects to be run (cli/components.py); with
+    `secure_pv`, also as the keeper of the encrypted volume (securepv.py)."""
     env = [{"name": COORDINATOR_HOST_ENV, "value": coordinator_host(namespace)}]
     if not service_mesh:
         env.append({"name": SERVICE_MESH_DISABLED_ENV, "value": "true"})
-    return {
+    container: dict[str, Any] = {
         "name": INITIALIZER_NAME,
         "image": INITIALIZER_IMAGE,
         "command": list(INITIALIZER_COMMAND),
@@ -91,6 +96,9 @@ def initializer_container(namespace: str, *, service_mesh: bool) -> dict[str, An
         "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}},
         "volumeMounts": [_secrets_mount()],
     }
+    if secure_pv is not None:
+        securepv.configure_initializer(container, secure_pv)
+    return container
 
 
 @dataclass(frozen=True)
@@ -263,12 +271,17 @@ def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool
     its fields (a user may have adapted it), but those two settings follow the pod.
     """
     where = workload.describe()
+    pv = securepv.prepare(workload, INITIALIZER_NAME)
     init_containers = _list(workload.pod_spec, "initContainers", where)
-    wanted = initializer_container(namespace, service_mesh=service_mesh)
+    wanted = initializer_container(namespace, service_mesh=service_mesh, secure_pv=pv)
     index = _index(init_containers, INITIALIZER_NAME)
     if index is None:
         init_containers.insert(0, wanted)
         changed = True
+    elif pv is not None or _index(init_containers[index].get("env") or [], CRYPTSETUP) is not None:
+        # The encrypted volume's Initializer is wholly derived from the annotation: brought up
+        # to date when it changed, back to the plain one when it was removed.
+        changed = _put(init_containers, index, wanted)
     else:
         existing = init_containers[index]
         changed = _set_env(existing, COORDINATOR_HOST_ENV, coordinator_host(namespace))
@@ -336,6 +349,12 @@ def inject(
     mesh = wants_service_mesh(workload, skip_service_mesh=skip_service_mesh)
     if wants_initializer(workload, skip_initializer=skip_initializer):
         changed |= inject_initializer(workload, coordinator_namespace, service_mesh=mesh)
+    elif securepv.SecurePv.from_workload(workload) is not None:
+        raise InjectionError(
+            f"{workload.describe()}: annotation {securepv.SECURE_PV_ANNOTATION} needs the"
+            " Initializer, which sets up the encrypted volume",
+            hint="remove skip-initializer (or --skip-initializer), or the secure-pv annotation",
+        )
     if not skip_service_mesh and not workload.is_coordinator:
         changed |= inject_service_mesh(workload)
     return changed

@@ -104,7 +104,7 @@ def parse_secure_pv(value: str) -> tuple[str, str] | None:
 def _secure_pv(value: str) -> str | None:
     if parse_secure_pv(value) is None:
         return "is not DEVICE:MOUNT (two volume names)"
-    return "asks for an encrypted volume: recognised but not supported by this release"
+    return None
 
 
 def _image_store_size(value: str) -> str | None:
@@ -153,8 +153,10 @@ TABLE: tuple[Annotation, ...] = (
     ),
     Annotation(
         "secure-pv", WORKLOADS, "`DEVICE:MOUNT`, two volume names",
-        "none yet: recognised, but not supported by this release (the original's encrypted"
-        " persistent volume), so it is refused",
+        "the Initializer formats the block device `DEVICE` (a PVC, an iSCSI volume or a `Block`"
+        " volume claim template) as LUKS2 with integrity, keyed by the workload secret, and"
+        " mounts it on the `emptyDir` `MOUNT`, which containers mount with"
+        " `mountPropagation: HostToContainer`",
         _secure_pv,
     ),
     Annotation(
