@@ -50,7 +50,7 @@ def test_configmaps_give_three_replicas_a_service_account_role_and_peer_service(
     assert pod["serviceAccountName"] == kinds["ServiceAccount"][0]["metadata"]["name"]
     assert "volumeClaimTemplates" not in statefulset["spec"]
     (role,) = kinds["Role"]
-    verbs = ["create", "get", "list", "update"]
+    verbs = ["create", "get", "update"]
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"], "verbs": verbs}]
     (binding,) = kinds["RoleBinding"]
     assert binding["roleRef"]["name"] == role["metadata"]["name"]

@@ -47,10 +47,12 @@ VALUE_KEY = "value"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "contrast"}
 KIND_LABEL = "contrast.edgeless.systems/history"
 API_TIMEOUT = 10.0
-# The API verbs this store calls on configmaps: get (`get`, the head's read), list (`names`),
-# create (`put`, a first head) and update (the head's compare-and-swap). The Role that
-# `coordinator-resources` emits grants exactly these; a test measures them on the fake server.
-VERBS = ("create", "get", "list", "update")
+# The API verbs the Coordinator calls on configmaps through this store: get (`get`, the head's
+# read), create (`put`, a first head) and update (the head's compare-and-swap). The Role that
+# `coordinator-resources` emits grants exactly these. `names` lists (verb list), but only tools and
+# tests call it, with their own credentials: a Coordinator never does, so its Role has no list.
+# tests/release/test_coordinator_rbac.py runs it on a real API server without each verb.
+VERBS = ("create", "get", "update")
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 # A DNS-1123 label: what a namespace name must be.
 NAMESPACE_PATTERN = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
