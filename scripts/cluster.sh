@@ -590,9 +590,16 @@ down() {
         if ours "$pid"; then stop_pid "$pid"; fi
         rm -f "$DIR/$name.pid"
     done
-    # The shims of our containerd, which name its socket.
+    # The shims of our containerd, which name its socket, and the sockets they leave when killed:
+    # /run/containerd/s/<sha256 of containerd's socket/namespace/sandbox id> (containerd 1.6).
     for pid in $(pgrep -f "containerd-shim-runc-v2 .*-address $DIR/containerd/containerd.sock" || true); do
         kill -KILL "$pid" 2>/dev/null || true
+    done
+    local task
+    for task in "$DIR"/containerd/state/io.containerd.runtime.v2.task/k8s.io/*; do
+        [ -d "$task" ] || continue
+        rm -f "/run/containerd/s/$(printf '%s' "$DIR/containerd/containerd.sock/k8s.io/${task##*/}" |
+            sha256sum | cut -c1-64)"
     done
     # The containers: every process in the kubelet's cgroup root, then the cgroups themselves.
     local slot cgroup hierarchy

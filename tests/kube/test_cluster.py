@@ -167,6 +167,19 @@ def _mounts_under(directory: Path) -> list[str]:
     return [line.split()[4] for line in mountinfo if line.split()[4].startswith(f"{directory}/")]
 
 
+def _shim_sockets(directory: Path) -> list[Path]:
+    """Where the cluster's shims listen: containerd 1.6 names a shim's socket by the sha256 of its
+    own socket, namespace and sandbox id, under /run/containerd/s (outside DIR). One path per task
+    (sandboxes and containers; a container's shim is its sandbox's)."""
+    tasks = directory / "containerd/state/io.containerd.runtime.v2.task/k8s.io"
+    address = directory / "containerd/containerd.sock"
+    return [
+        Path("/run/containerd/s")
+        / hashlib.sha256(f"{address}/k8s.io/{task.name}".encode()).hexdigest()
+        for task in tasks.iterdir()
+    ]
+
+
 def _netns_names() -> set[str]:
     return {line.split()[0] for line in _run("ip", "netns", "list").splitlines() if line}
 
@@ -215,6 +228,8 @@ def test_down_leaves_nothing() -> None:
         assert "cni0" in _run("ip", "-n", netns, "-br", "link")
         assert netns in _netns_names()
         assert host_link in _links()
+        shim_sockets = _shim_sockets(directory)  # the sandbox's shim: one of these per pod
+        assert any(socket.exists() for socket in shim_sockets)
     finally:
         down = cluster_script("down", directory)
     assert down.returncode == 0, down.stderr.decode()
@@ -228,5 +243,6 @@ def test_down_leaves_nothing() -> None:
     assert "KUBE-" not in host_chains
     assert "CNI-" not in host_chains
     assert not list(Path("/var/lib/cni/results").glob(f"{netns}-*"))
+    assert not [socket for socket in shim_sockets if socket.exists()]
     assert cluster_script("down", directory).returncode == 0  # twice is fine
     shutil.rmtree(directory)
