@@ -30,6 +30,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_rpc_status.py", [], "the Coordinator's error mapping on a round trip"),
     ("bench_mesh.py", [], "a request through two Envoy sidecars"),
     ("bench_release_images.py", [], "release image build, sizes, Coordinator container start"),
+    ("bench_cluster.py", [], "the test cluster's start with cached binaries (root)"),
 ]
 SLOW = {
     ("bench_generate.py", "1000"),
@@ -37,6 +38,7 @@ SLOW = {
     ("bench_meshcert.py", ""),
     ("bench_meshcert.py", "64103"),
     ("bench_release_images.py", ""),
+    ("bench_cluster.py", ""),
 }
 
 

@@ -5,8 +5,9 @@ alone started in the same run.
 CoreDNS answering through its Service, the default ServiceAccount made), then `down` on its own.
 The baseline is the cluster's own etcd started on loopback until its /health answers: every
 cluster start contains one, so the ratio says what the rest of Kubernetes adds on this machine.
-The binaries are built first if they are not cached (not timed; the cold build time is printed
-from the cache when it is known). Needs root, like the cluster.
+The binaries are built first if they are not cached (not timed here; the time of the build that
+made the cache is printed, which was cold only if Go's build cache was empty). Needs root, like
+the cluster.
 
 Run: `.venv/bin/python bench/bench_cluster.py [rounds]`.
 """
@@ -101,7 +102,8 @@ def main(argv: list[str]) -> int:
     up, etcd = statistics.median(ups), statistics.median(etcds)
     cold = cache / "build-seconds"
     if cold.is_file():
-        print(f"cold build (when this cache was made)   {int(cold.read_text()):5d} s")
+        # Cold only if Go's own build cache was empty then (README: the measured cold build).
+        print(f"the build that made this cache          {int(cold.read_text()):5d} s")
     print(f"etcd alone, start → /health            {etcd:8.2f} s  (baseline)")
     print(
         f"cluster.sh up, cached binaries         {up:8.2f} s  "
