@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from contrast.cli.main import main
-from contrast.nodeinstaller.errors import ArtefactError, NodeInstallerError, RestartError
+from contrast.nodeinstaller.errors import ArtefactError, RestartError
 from contrast.nodeinstaller.install import InstallRequest, install_runtime
 from contrast.nodeinstaller.restart import run_command
 from contrast.nodeinstaller.standins import write_standins
@@ -238,16 +238,6 @@ def test_target_config_paths_are_followed(host_root: Path, runtime: BuiltRuntime
     assert options == {"ConfigPath": "/etc/kata-containers/contrast.toml"}
     assert (host_root / "etc/kata-containers/contrast.toml").read_text().startswith("# Kata")
     assert not (host_root / "etc/containerd/config.toml").exists()
-
-
-def test_emulated_platforms_install_nothing(host_root: Path) -> None:
-    before = snapshot(host_root)
-    with pytest.raises(NodeInstallerError, match="no runtime to install"):
-        install_runtime(
-            InstallRequest(host_root, by_name("emulated-snp"), TargetConfig(), host_root),
-            runner=RecordingRunner(),
-        )
-    assert snapshot(host_root) == before
 
 
 def test_cli_installs_the_shipped_runtime(

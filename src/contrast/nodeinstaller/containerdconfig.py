@@ -40,8 +40,9 @@ from contrast.nodeinstaller.errors import ContainerdConfigError
 CRI_PLUGINS: Mapping[int, str] = {2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 NEW_CONFIG_VERSION = 2
 RUNTIME_TYPE = "io.containerd.contrast-cc.v2"
+RUNC_RUNTIME_TYPE = "io.containerd.runc.v2"
 DEFAULT_RUNTIME = "runc"
-DEFAULT_RUNTIME_TABLE: Mapping[str, Any] = {"runtime_type": "io.containerd.runc.v2"}
+DEFAULT_RUNTIME_TABLE: Mapping[str, Any] = {"runtime_type": RUNC_RUNTIME_TYPE}
 KATA_ANNOTATIONS = "io.katacontainers.*"
 CDI_ANNOTATIONS = "cdi.k8s.io/*"
 _BARE_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -73,6 +74,34 @@ class ContainerdRuntime:
 
 
 @dataclass(frozen=True)
+class RuncWrapperRuntime:
+    """containerd's own runc shim running another program as runc: the emulated runtime.
+
+    `options.BinaryName` is the shim's runc; `pod_annotations` makes CRI copy the pod's
+    `io.katacontainers.*` annotations (its initdata) into the specs of the sandbox and of each
+    container, as it does for Kata; host devices are not given to privileged pods, as with Kata.
+    """
+
+    handler: str
+    binary_name: str
+
+    @property
+    def pod_annotations(self) -> list[str]:
+        return [KATA_ANNOTATIONS]
+
+    def table(self) -> dict[str, Any]:
+        return {
+            "runtime_type": RUNC_RUNTIME_TYPE,
+            "pod_annotations": self.pod_annotations,
+            "privileged_without_host_devices": True,
+            "options": {"BinaryName": self.binary_name},
+        }
+
+
+AnyRuntime = ContainerdRuntime | RuncWrapperRuntime
+
+
+@dataclass(frozen=True)
 class PatchedConfig:
     """The config text after patching; `changed` is False when the input already had the table."""
 
@@ -91,7 +120,7 @@ def runtime_table_path(version: int, handler: str) -> tuple[str, ...]:
 
 
 def patch_containerd_config(
-    text: str | None, runtime: ContainerdRuntime, *, source: str = "containerd config"
+    text: str | None, runtime: AnyRuntime, *, source: str = "containerd config"
 ) -> PatchedConfig:
     """`text` (None: no file yet) with `runtime`'s table added or replaced; pure, writes nothing.
 
@@ -217,7 +246,7 @@ def _table_lines(path: Sequence[str], table: Mapping[str, Any], comment: str) ->
 
 
 def render_runtime_block(
-    version: int, runtime: ContainerdRuntime, *, restate_default: bool = False
+    version: int, runtime: AnyRuntime, *, restate_default: bool = False
 ) -> str:
     """The TOML block appended to the config: the handler's table, maybe `runc`'s before it."""
     lines = []
@@ -251,7 +280,7 @@ def _with_final_newline(text: str) -> str:
 
 
 def _append(
-    base: str, before: Mapping[str, Any], version: int, runtime: ContainerdRuntime
+    base: str, before: Mapping[str, Any], version: int, runtime: AnyRuntime
 ) -> PatchedConfig:
     base = _with_final_newline(base)
     separator = "\n" if base and not base.endswith("\n\n") else ""

@@ -35,7 +35,12 @@ from contrast.nodeinstaller.artefacts import (
     source_path,
     verify_artefacts,
 )
-from contrast.nodeinstaller.containerdconfig import ContainerdRuntime, patch_containerd_config
+from contrast.nodeinstaller.containerdconfig import (
+    ContainerdRuntime,
+    PatchedConfig,
+    RuncWrapperRuntime,
+    patch_containerd_config,
+)
 from contrast.nodeinstaller.errors import ContainerdConfigError, NodeInstallerError
 from contrast.nodeinstaller.hostroot import (
     HostPathError,
@@ -73,6 +78,7 @@ KATA_CONFIG_MARK = HEADER.split("{name}")[
     0
 ].encode()  # how a Kata config the installer wrote starts
 CONFIG_MODE = 0o644
+EXECUTABLE_MODE = 0o755
 DIRECTORY_MODE = 0o755
 
 
@@ -128,18 +134,14 @@ def install_runtime(
 ) -> InstallReport:
     """Install the runtime of `request.platform` (or `description`) into `request.host_root`."""
     platform = request.platform
-    if platform.emulated:
-        raise NodeInstallerError(
-            f"platform {platform.name} runs workloads as local processes; there is no runtime"
-            " to install on a node",
-            hint="choose a hardware platform, e.g. metal-qemu-snp",
-        )
     description = description or load_runtime(platform.name)
     if description.platform != platform.name:
         raise NodeInstallerError(
             f"the runtime description is for {description.platform}, not {platform.name}"
         )
     with Resolver(request.host_root) as host:
+        if platform.emulated:
+            return _install_emulated(request, description, host, runner, now)
         return _install(request, description, host, runner, now)
 
 
@@ -194,21 +196,17 @@ def _install(
         now=now,
     )
 
-    # 3. containerd's config, last.
-    marker = host.resolve(install_dir / RESTART_PENDING, follow=False, create=True)
-    backup = None
-    if patched.changed:
-        write_atomically(marker, f"{config}\n".encode(), mode=CONFIG_MODE)
-        target = host.resolve(config, follow=True, create=True)
-        config_target = target.path
-        mode = CONFIG_MODE
-        if old_config is not None:
-            mode = mode_of(target)
-            backup = _back_up(target, old_config, mode, now)
-        write_atomically(target, patched.text.encode(), mode=mode)
-
-    # 4. Restart, if containerd has not read the config as it now is.
-    restarted, unit, reason = _restart(request, marker, runner)
+    # 3. containerd's config, last; 4. the restart.
+    config_target, backup, (restarted, unit, reason) = _configure(
+        request,
+        host,
+        install_dir=install_dir,
+        config=config,
+        old=(old_config, config_target),
+        patched=patched,
+        runner=runner,
+        now=now,
+    )
     return InstallReport(
         runtime_name=name,
         build=description.build,
@@ -222,6 +220,104 @@ def _install(
         restarted_unit=unit,
         no_restart_reason=reason,
         kata_config_backup=kata_backup,
+    )
+
+
+def _configure(
+    request: InstallRequest,
+    host: Resolver,
+    *,
+    install_dir: PurePosixPath,
+    config: PurePosixPath,
+    old: tuple[bytes | None, PurePosixPath],
+    patched: PatchedConfig,
+    runner: Runner,
+    now: Callable[[], float],
+) -> tuple[PurePosixPath, str | None, tuple[bool, str | None, str | None]]:
+    """Write containerd's config (after a backup) if it changed, then restart if needed."""
+    old_config, config_target = old
+    marker = host.resolve(install_dir / RESTART_PENDING, follow=False, create=True)
+    backup = None
+    if patched.changed:
+        write_atomically(marker, f"{config}\n".encode(), mode=CONFIG_MODE)
+        target = host.resolve(config, follow=True, create=True)
+        config_target = target.path
+        mode = CONFIG_MODE
+        if old_config is not None:
+            mode = mode_of(target)
+            backup = _back_up(target, old_config, mode, now)
+        write_atomically(target, patched.text.encode(), mode=mode)
+    # Restart, if containerd has not read the config as it now is.
+    return config_target, backup, _restart(request, marker, runner)
+
+
+def _install_emulated(
+    request: InstallRequest,
+    description: RuntimeDescription,
+    host: Resolver,
+    runner: Runner,
+    now: Callable[[], float],
+) -> InstallReport:
+    """The emulated runtime: its launcher as containerd's runc, the node's emulated roots.
+
+    No VM, so no artefacts: the launcher (`emulatedruntime.launcher`) names the node's Python
+    and runc from the target config, and the roots (the emulated AMD/Intel keys) are made once
+    in a root-only directory of the node that no pod mounts.
+    """
+    # Imported here: hardware installs need none of the emulated TEE.
+    from contrast.emulatedruntime.launcher import LAUNCHER_NAME, render_launcher  # noqa: PLC0415
+    from contrast.emulatedruntime.node import DEFAULT_ROOTS, DEFAULT_STATE  # noqa: PLC0415
+    from contrast.emulatedruntime.roots import ensure_roots  # noqa: PLC0415
+
+    platform = request.platform
+    name = runtime_name_of(platform, description)
+    install_dir = PurePosixPath(INSTALL_ROOT) / name
+    launcher_path = install_dir / "bin" / LAUNCHER_NAME
+    launcher = render_launcher(
+        platform=platform.name,
+        python=request.target.emulated_python,
+        runc=request.target.emulated_runc,
+        state=Path(DEFAULT_STATE),
+        roots=Path(DEFAULT_ROOTS),
+    )
+    config = PurePosixPath("/" + request.target.containerd_config_path)
+    old_config, config_target = _read_config(host, config)
+    patched = patch_containerd_config(
+        None if old_config is None else old_config.decode(),
+        RuncWrapperRuntime(handler=name, binary_name=str(launcher_path)),
+        source=f"containerd config {_shown(config, config_target)}",
+    )
+
+    roots = host.resolve(PurePosixPath(DEFAULT_ROOTS), follow=True, create=True)
+    ensure_roots(Path(f"/proc/self/fd/{roots.directory}") / roots.name)
+    written = []
+    location = host.resolve(launcher_path, follow=False, create=True)
+    if not _holds(location, launcher, EXECUTABLE_MODE):
+        write_atomically(location, launcher, mode=EXECUTABLE_MODE)
+        written.append(str(launcher_path))
+
+    config_target, backup, (restarted, unit, reason) = _configure(
+        request,
+        host,
+        install_dir=install_dir,
+        config=config,
+        old=(old_config, config_target),
+        patched=patched,
+        runner=runner,
+        now=now,
+    )
+    return InstallReport(
+        runtime_name=name,
+        build=description.build,
+        install_dir=str(install_dir),
+        written=tuple(written),
+        containerd_config=str(config),
+        containerd_config_target=str(config_target),
+        config_changed=patched.changed,
+        backup=backup,
+        restarted=restarted,
+        restarted_unit=unit,
+        no_restart_reason=reason,
     )
 
 

@@ -160,7 +160,8 @@ class RuntimeDescription(BaseModel):
     platform: str
     build: Build
     kernel_params: str = Field(alias="kernel-params")
-    # None only for the emulated platforms, which run no VM and so install nothing.
+    # None only for the emulated platforms, which run no VM: they have no artefacts, the
+    # installer writes the emulated runtime's launcher instead (`install._install_emulated`).
     kata_config: str | None = Field(alias="kata-config")
     artefacts: tuple[Artefact, ...]
     # Where a built runtime's files came from ("kata-static-3.9.0-amd64.tar.zst sha256:…");

@@ -12,6 +12,8 @@ Values are strings; unknown keys are errors, so a misspelt key is never silently
 | `systemd-unit-name` | `containerd.service` | units separated by commas or spaces; the first one that can be restarted is; empty: never restart |
 | `kata-config-path` | the runtime's `etc/configuration-….toml` | where the Kata config is written, relative to the host root |
 | `artefacts-dir` | `/usr/share/contrast/runtimes/<platform>` | where the installer finds the artefacts (in its own file system, not the host's) |
+| `emulated-python` | `/usr/bin/python3` | emulated platforms: the node's Python with Contrast installed, which runs the runtime |
+| `emulated-runc` | `runc` | emulated platforms: the node's runc (a bare name is looked up in containerd's PATH) |
 """  # noqa: E501
 
 from __future__ import annotations
@@ -48,11 +50,21 @@ class TargetConfig(BaseModel):
     systemd_unit_name: str = Field(default=DEFAULT_UNIT, alias="systemd-unit-name")
     kata_config_path: str | None = Field(default=None, alias="kata-config-path")
     artefacts_dir: str | None = Field(default=None, alias="artefacts-dir")
+    emulated_python: str = Field(default="/usr/bin/python3", alias="emulated-python")
+    emulated_runc: str = Field(default="runc", alias="emulated-runc")
 
     @field_validator("containerd_config_path", "kata_config_path")
     @classmethod
     def _relative(cls, value: str | None) -> str | None:
         return None if value is None else _host_relative(value)
+
+    @field_validator("emulated_python", "emulated_runc")
+    @classmethod
+    def _program(cls, value: str) -> str:
+        value = value.strip()
+        if not value or "\n" in value or "\0" in value:
+            raise ValueError("names no program")
+        return value
 
     @field_validator("artefacts_dir")
     @classmethod
