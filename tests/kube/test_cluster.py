@@ -246,3 +246,24 @@ def test_down_leaves_nothing() -> None:
     assert not [socket for socket in shim_sockets if socket.exists()]
     assert cluster_script("down", directory).returncode == 0  # twice is fine
     shutil.rmtree(directory)
+
+
+def test_a_cluster_that_cannot_start_fails_with_the_log_of_what_failed() -> None:
+    """The fixture's failure path, on a real failure: etcd cannot use a data directory that is
+    a file. The tests that need the cluster fail (never skip) with etcd's own words, and what
+    had started (containerd, the registry, the namespace) is taken down."""
+    directory = Path(tempfile.mkdtemp(prefix="contrast-kc-", dir="/tmp"))
+    (directory / "etcd").write_text("not a directory\n")
+    try:
+        with pytest.raises(pytest.fail.Exception) as failure:
+            start_cluster(directory)
+        message = str(failure.value)
+        assert "the test cluster did not start" in message
+        assert "cluster.sh: etcd: exited while starting" in message
+        assert f"last lines of {directory}/logs/etcd.log" in message
+        assert "not a directory" in message
+        assert not _pids_naming(directory)
+        assert not _mounts_under(directory)
+    finally:
+        cluster_script("down", directory)
+        shutil.rmtree(directory)
