@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import socket
 import subprocess
 import threading
@@ -15,7 +16,9 @@ from contrast.attestation.emulated import endpoint
 from contrast.attestation.tdx.quote import Quote
 from contrast.emulatedruntime import agentrequests, runccli
 from contrast.emulatedruntime.launcher import render_launcher
+from contrast.emulatedruntime.node import RUNC_ENV, NodeSettings
 from contrast.emulatedruntime.teeserver import make_signer
+from contrast.emulatedruntime.wrapper import run
 from contrast.policy import initdata
 
 
@@ -187,3 +190,25 @@ def test_the_launcher_leaves_every_other_call_to_runc(tmp_path: Path) -> None:
         )
         assert result.returncode != 0  # it went to the (missing) Python, not to runc
         assert "runc" not in result.stdout
+
+
+def test_a_bare_runc_name_is_found_on_the_path(tmp_path: Path) -> None:
+    program = tmp_path / "runc"
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    settings = NodeSettings.from_environment({RUNC_ENV: "runc", "PATH": f"/nonexistent:{tmp_path}"})
+    assert settings.runc == str(program)
+
+
+def test_a_spec_that_is_not_json_is_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "config.json").write_text("{not json")
+    log = tmp_path / "log.json"
+    settings = NodeSettings("emulated-snp", "/bin/false", tmp_path / "run", tmp_path / "roots")
+    argv = ["--log", str(log), "--log-format", "json", "create", "--bundle", str(tmp_path), "c1"]
+    assert run(argv, settings) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("emulated runtime: create: ")
+    assert "\n" not in error
+    assert json.loads(log.read_text())["level"] == "error"

@@ -56,7 +56,9 @@ class NodeSettings:
             raise EmulatedRuntimeError(
                 f"{PLATFORM_ENV}={platform!r} is not one of {', '.join(PLATFORMS)}"
             )
-        runc = environ.get(RUNC_ENV) or shutil.which("runc") or "runc"
+        runc = environ.get(RUNC_ENV) or "runc"
+        if not os.path.isabs(runc):  # a bare name, as containerd's PATH finds it
+            runc = shutil.which(runc, path=environ.get("PATH")) or runc
         return cls(
             platform=platform,
             runc=runc,

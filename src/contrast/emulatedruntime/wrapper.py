@@ -63,6 +63,10 @@ def run(argv: Sequence[str], settings: NodeSettings) -> int:
     except ContrastError as error:
         _report(call, error)
         return 1
+    except (OSError, ValueError) as error:
+        # An unreadable bundle or process file, a spec that is not JSON: one line, not a trace.
+        _report(call, EmulatedRuntimeError(f"emulated runtime: {call.command}: {error}"))
+        return 1
     return _exec_runc(settings, argv)
 
 
