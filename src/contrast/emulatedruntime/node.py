@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from contrast.attestation.emulated.socketpath import SOCKET_NAME
 from contrast.errors import ContrastError
 from contrast.files import exclusive_lock, write_atomically
 
@@ -94,8 +95,6 @@ class Sandbox:
 
     @property
     def tee_socket(self) -> Path:
-        from contrast.attestation.emulated.endpoint import SOCKET_NAME  # noqa: PLC0415
-
         return self.tee_directory / SOCKET_NAME
 
     @property

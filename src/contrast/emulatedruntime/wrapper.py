@@ -10,7 +10,7 @@ is runc failing: exit status 1, the policy's reason on stderr and in runc's log,
 containerd reports ("failed to create task: … CreateContainerRequest is blocked by policy: …").
 
 Before runc creates a container its spec gets one mount more, the directory of the pod's TEE
-socket at `endpoint.CONTAINER_DIRECTORY` (read-only): the pod's only way to its TEE.
+socket at `CONTAINER_DIRECTORY` (read-only): the pod's only way to its TEE.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
-from contrast.attestation.emulated import endpoint
-from contrast.emulatedruntime import agentrequests, runccli, teeserver
+from contrast.attestation.emulated.socketpath import CONTAINER_DIRECTORY
+from contrast.emulatedruntime import agentrequests, runccli
 from contrast.emulatedruntime.node import (
     EmulatedRuntimeError,
     NodeSettings,
@@ -177,17 +177,17 @@ def _create_sandbox(
     sandbox = node.new_sandbox(container_id, toml)
     with sandbox.locked():
         sandbox.save_state({"data": policy.data, "devices": 0})
+    from contrast.emulatedruntime import teeserver  # noqa: PLC0415 (only for sandboxes)
+
     teeserver.start(sandbox, settings)
     return sandbox
 
 
 def _add_tee_mount(config: Path, spec: Mapping[str, Any], sandbox: Sandbox) -> None:
-    mounts = [
-        m for m in spec.get("mounts", []) if m.get("destination") != endpoint.CONTAINER_DIRECTORY
-    ]
+    mounts = [m for m in spec.get("mounts", []) if m.get("destination") != CONTAINER_DIRECTORY]
     mounts.append(
         {
-            "destination": endpoint.CONTAINER_DIRECTORY,
+            "destination": CONTAINER_DIRECTORY,
             "type": "bind",
             "source": str(sandbox.tee_directory),
             "options": ["rbind", "ro", "nosuid", "nodev", "noexec"],
@@ -225,6 +225,8 @@ def _delete(call: runccli.RuncCall, argv: Sequence[str], settings: NodeSettings)
     if sandbox is None:
         return 0
     if sandbox.id == container_id:
+        from contrast.emulatedruntime import teeserver  # noqa: PLC0415 (only for sandboxes)
+
         teeserver.stop(sandbox)
         shutil.rmtree(sandbox.directory, ignore_errors=True)
     elif sandbox.exists():

@@ -23,19 +23,22 @@ from typing import Protocol
 
 from contrast.api.convert import evidence_from_proto, evidence_to_proto
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
+from contrast.attestation.emulated.socketpath import (
+    CONTAINER_DIRECTORY,
+    DEFAULT_SOCKET,
+    SOCKET_ENV,
+    SOCKET_NAME,
+)
 from contrast.attestation.evidence import Evidence
 from contrast.errors import ContrastError
+
+__all__ = ["CONTAINER_DIRECTORY", "DEFAULT_SOCKET", "SOCKET_ENV", "SOCKET_NAME", "SocketIssuer"]
 
 MAGIC = b"contrast-tee-1\n"
 REPORT_DATA_SIZE = 64
 STATUS_EVIDENCE = 0
 STATUS_ERROR = 1
 MAX_RESPONSE = 1 << 20
-# Where the runtime mounts the pod's socket in every container.
-CONTAINER_DIRECTORY = "/run/contrast-tee"
-SOCKET_NAME = "tee.sock"
-DEFAULT_SOCKET = f"{CONTAINER_DIRECTORY}/{SOCKET_NAME}"
-SOCKET_ENV = "CONTRAST_TEE_SOCKET"
 TIMEOUT = 30.0
 MAX_SOCKET_PATH = 100
 MAX_REQUEST = 64 * 1024
