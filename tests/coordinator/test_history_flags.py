@@ -82,4 +82,4 @@ def test_the_coordinator_stops_at_start_with_one_line_on_a_server_error(
     (line,) = result.stderr.decode().splitlines()
     message = json.loads(line)["message"]
     assert message.startswith("the Coordinator cannot start:"), message
-    assert "failed on transitions/latest (500 Internal Server Error)" in message
+    assert "failed on transitions/latest (500 Internal Server Error: injected fault" in message

@@ -44,3 +44,16 @@ def test_an_api_server_that_never_answers_is_an_error_after_the_deadline(
         elapsed = time.monotonic() - started
     assert server.requests  # it was asked, and kept silent
     assert elapsed < 10 * 0.5, elapsed  # the client's retries included, bounded by the deadline
+
+
+def test_the_servers_message_is_quoted_on_one_bounded_line() -> None:
+    """What the server says is quoted (it names what was refused), but a long or multi-line
+    body cannot flood the one-line error."""
+    with failing(500, "line\n" * 5000) as server:
+        store = ConfigMapStore(core_api(host=server.host), "ns")
+        with pytest.raises(HistoryError) as raised:
+            store.get("transitions/latest")
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "injected fault: line line line" in message
+    assert len(message) < configmaps.MESSAGE_LIMIT + 200, len(message)

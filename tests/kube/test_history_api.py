@@ -144,6 +144,7 @@ def test_a_namespace_that_does_not_exist_reads_empty_and_refuses_writes(
 ) -> None:
     absent = store(kube_cluster, "contrast-no-such-namespace")
     assert absent.get(HEAD) is None
-    with pytest.raises(HistoryError, match="404") as raised:
+    with pytest.raises(HistoryError, match="404 Not Found") as raised:
         absent.put("manifests/ab", b"value")
     assert not isinstance(raised.value, ConcurrentUpdate)
+    assert 'namespaces "contrast-no-such-namespace" not found' in str(raised.value)

@@ -186,7 +186,11 @@ def test_without_any_one_verb_the_coordinator_fails_clearly(
         print(f"\n[without {verb}] {outcome.failed_step}: {outcome.failure}")
     assert outcome.failed_step is not None, f"the Coordinator needs no {verb!r}: {outcome}"
     assert "refused access" in outcome.failure, outcome
-    assert "403" in outcome.failure, outcome
+    assert "403 Forbidden" in outcome.failure, outcome
+    # The server's own words name the account and the verb it lacks.
+    assert f'"{service_account_user(life.namespace)}" cannot {verb} resource "configmaps"' in (
+        outcome.failure
+    ), outcome
 
 
 Row = tuple[tuple[str, ...], frozenset[str]]

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -189,8 +190,27 @@ def _lost(key: str) -> ConcurrentUpdate:
     )
 
 
+# How much of the API server's own message an error quotes (one line, never a whole body).
+MESSAGE_LIMIT = 300
+
+
+def _server_message(error: Any) -> str:
+    """The Status message the API server sent with `error` (what it refused and why: for a 403
+    the user, verb and resource), on one line and bounded; empty if there is none."""
+    try:
+        message = json.loads(error.body)["message"]
+    except (TypeError, ValueError, KeyError):
+        return ""
+    if not isinstance(message, str):
+        return ""
+    line = " ".join(message.split())
+    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 3] + "..."
+
+
 def _api_error(key: str, error: Any) -> HistoryError:
     reason = f"{error.status} {error.reason}".strip()
+    if message := _server_message(error):
+        reason = f"{reason}: {message}"
     if error.status == 422:
         return EntryTooLarge(f"the Kubernetes API refused {key} as invalid ({reason})")
     if error.status in (401, 403):
