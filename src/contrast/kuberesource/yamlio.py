@@ -318,11 +318,12 @@ def put_in_place(staged: StagedFile, *, sync: bool = True) -> None:
         raise YamlError(f"cannot write {staged.path}: {error.strerror}") from error
 
 
-def stage_file(path: Path, text: str) -> StagedFile:
-    """`text` written and synced beside `path` with `path`'s mode, to be put in place."""
+def stage_file(path: Path, text: str, *, sync: bool = True) -> StagedFile:
+    """`text` written and (with `sync`) synced beside `path` with `path`'s mode, to be put in
+    place (without `sync`, once the caller has synced it: `contrast.syncfs`)."""
     try:
         mode = stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o644
-        return stage(path, text.encode(), mode=mode)
+        return stage(path, text.encode(), mode=mode, sync=sync)
     except OSError as error:
         raise YamlError(f"cannot write {path}: {error.strerror}") from error
 
