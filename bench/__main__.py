@@ -31,6 +31,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_mesh.py", [], "a request through two Envoy sidecars"),
     ("bench_release_images.py", [], "release image build, sizes, Coordinator container start"),
     ("bench_cluster.py", [], "the test cluster's start with cached binaries (root)"),
+    ("bench_history_api.py", [], "the history head on the real API server against files (root)"),
 ]
 SLOW = {
     ("bench_generate.py", "1000"),
@@ -39,6 +40,7 @@ SLOW = {
     ("bench_meshcert.py", "64103"),
     ("bench_release_images.py", ""),
     ("bench_cluster.py", ""),
+    ("bench_history_api.py", ""),
 }
 
 
