@@ -184,7 +184,7 @@ def test_the_launcher_leaves_every_other_call_to_runc(tmp_path: Path) -> None:
                       ["--root", "create", "start", "c1"], ["kill", "c1", "9"]):  # fmt: skip
         result = subprocess.run([launcher, *arguments], capture_output=True, text=True, check=True)
         assert result.stdout == f"runc {' '.join(arguments)}\n"
-    for command in ("create", "exec", "delete"):
+    for command in ("create", "exec", "delete", "update", "pause", "resume"):
         result = subprocess.run(
             [launcher, "--root", "/r", command, "c1"], capture_output=True, text=True, check=False
         )

@@ -10,6 +10,7 @@ import hashlib
 import json
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -261,3 +262,18 @@ def test_the_workload_issuer_takes_the_pods_socket(
     assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash
     with pytest.raises(ContrastError, match="the node fixes the policy hash"):
         make_issuer(TeeKind.EMULATED, state_dir=None, policy_hash=bytes(32))
+
+
+def test_pausing_or_updating_a_container_is_refused(node: Node, running: Pod) -> None:
+    """Kata's rules refuse PauseContainer and UpdateContainer (CRI's resource updates)."""
+    paused = node.ctr("tasks", "pause", APP, check=False)
+    assert paused.returncode != 0
+    assert "PauseContainerRequest is blocked by policy" in paused.stderr
+    # ctr has no update command: the call as containerd's shim makes it, to the launcher.
+    updated = subprocess.run(
+        [node.launcher, "--root", "/run/runc", "update", "--memory", "100000000", APP],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert updated.returncode != 0
+    assert "UpdateContainerRequest is blocked by policy" in updated.stderr
+    assert node.exec(APP, PROBE).returncode == 0  # still running, not paused

@@ -1,8 +1,10 @@
 """The program containerd runs as runc for the emulated runtime (the shim's `BinaryName`).
 
 A POSIX shell script: containerd's runc shim calls runc for every `state`, `start`, `kill`,
-`ps`, `events`, … of every container, so only the calls that are Kata agent requests (`create`,
-`exec`, `delete`) start Python; every other call is `exec runc` after one `case` per argument.
+`ps`, `events`, … of every container, so only the calls that are Kata agent requests the
+policy may refuse (`create`, `exec`, `delete`, `update`, `pause`, `resume`) start Python; every
+other call (StartContainer, SignalProcess, WaitProcess, StatsContainer: allowed by every
+policy) is `exec runc` after one `case` per argument.
 The script carries the node's settings (platform, real runc, roots and state directories) so the
 runtime reads no configuration file of its own.
 """
@@ -31,7 +33,8 @@ for argument do
     case "$argument" in
         --root|--log|--log-format|--criu|--rootless) value=1 ;;
         -*) ;;
-        create|exec|delete) exec {python_q} -m contrast.emulatedruntime runc "$@" ;;
+        create|exec|delete|update|pause|resume)
+            exec {python_q} -m contrast.emulatedruntime runc "$@" ;;
         *) break ;;
     esac
 done

@@ -38,6 +38,28 @@ _COMMAND_WITH_VALUE = {
         }
     ),
     "delete": frozenset(),
+    "update": frozenset(
+        {
+            "--resources",
+            "-r",
+            "--blkio-weight",
+            "--cpu-period",
+            "--cpu-quota",
+            "--cpu-share",
+            "--cpu-rt-period",
+            "--cpu-rt-runtime",
+            "--cpuset-cpus",
+            "--cpuset-mems",
+            "--memory",
+            "--memory-reservation",
+            "--memory-swap",
+            "--pids-limit",
+            "--l3-cache-schema",
+            "--mem-bw-schema",
+        }
+    ),
+    "pause": frozenset(),
+    "resume": frozenset(),
 }
 HANDLED = frozenset(_COMMAND_WITH_VALUE)
 

@@ -5,7 +5,8 @@ initdata (the `io.katacontainers.config.hypervisor.cc_init_data` annotation CRI 
 sandbox's spec through `pod_annotations`) is fixed for the pod, its policy judges both requests,
 and the pod's emulated TEE is started with that initdata. `create` of any other container is
 CreateContainer under the same policy, with the state its earlier answers built. `exec` is
-ExecProcess. `delete` is RemoveContainer (and, for the sandbox, the end of its TEE). A refusal
+ExecProcess. `delete` is RemoveContainer (and, for the sandbox, the end of its TEE). `update`,
+`pause` and `resume` are UpdateContainer, PauseContainer and ResumeContainer. A refusal
 is runc failing: exit status 1, the policy's reason on stderr and in runc's log, which is what
 containerd reports ("failed to create task: … CreateContainerRequest is blocked by policy: …").
 
@@ -43,6 +44,13 @@ from contrast.policy.engine import AgentPolicy, Decision
 
 INITDATA_ANNOTATION = initdata.ANNOTATION
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
+# runc commands that are agent requests about one container, judged on its id alone (CRI's
+# UpdateContainerResources; pausing): Kata's rules refuse all three.
+_CONTAINER_REQUESTS = {
+    "update": "UpdateContainerRequest",
+    "pause": "PauseContainerRequest",
+    "resume": "ResumeContainerRequest",
+}
 _PRINT_LOCATION = re.compile(r"^agent_policy:\d+:\s*")
 
 
@@ -60,6 +68,8 @@ def run(argv: Sequence[str], settings: NodeSettings) -> int:
             _exec(call, settings)
         elif call.command == "delete":
             return _delete(call, argv, settings)
+        elif call.command in _CONTAINER_REQUESTS:
+            _container_request(call, settings, _CONTAINER_REQUESTS[call.command])
     except ContrastError as error:
         _report(call, error)
         return 1
@@ -212,6 +222,16 @@ def _exec(call: runccli.RuncCall, settings: NodeSettings) -> None:
     with sandbox.locked():
         policy = _load_policy(sandbox.initdata(), sandbox.load_state())
     _require(policy.evaluate("ExecProcessRequest", request))
+
+
+def _container_request(call: runccli.RuncCall, settings: NodeSettings, kind: str) -> None:
+    container_id = checked_id(call.container_id, "container id")
+    sandbox = NodeState(settings.state).sandbox_of(container_id)
+    if sandbox is None:
+        raise EmulatedRuntimeError(f"container {container_id} was not created by this runtime")
+    with sandbox.locked():
+        policy = _load_policy(sandbox.initdata(), sandbox.load_state())
+    _require(policy.evaluate(kind, {"container_id": container_id}))
 
 
 def _delete(call: runccli.RuncCall, argv: Sequence[str], settings: NodeSettings) -> int:
