@@ -5,8 +5,9 @@
 # encrypted volume's tests), mmdebstrap (builds the
 # images' root file system), skopeo (pushes them to the registry), umoci (reads our OCI layout as a
 # second, independent implementation); for the test cluster (scripts/cluster.sh): the CNI plugins,
-# iptables (kube-proxy), curl, and busybox-static (the userland of its smoke test's pod image). Only
-# missing commands are installed; needs root for apt-get.
+# iptables (kube-proxy), curl, and busybox-static (the userland of its smoke test's pod image); for
+# the emulated runtime's tests, iproute2 (a pod's network namespace). Only missing commands are
+# installed; needs root for apt-get.
 set -euo pipefail
 declare -A packages=(
     [openssl]=openssl
@@ -22,6 +23,7 @@ declare -A packages=(
     [iptables]=iptables
     [curl]=curl
     [busybox]=busybox-static
+    [ip]=iproute2
 )
 missing=()
 for command in "${!packages[@]}"; do

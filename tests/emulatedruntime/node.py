@@ -58,7 +58,8 @@ time.sleep(3600)
 
 
 def check_tools() -> None:
-    missing = [tool for tool in ("containerd", "ctr", "runc", "ip") if shutil.which(tool) is None]
+    tools = ("containerd", "ctr", "runc", "ip", "busybox")
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         raise RuntimeError(
             f"the emulated runtime's tests need {', '.join(missing)}: run scripts/system-deps.sh"
@@ -202,7 +203,7 @@ class Node:
     def _rootfs(self) -> dict[str, Path]:
         pause = self.directory / "rootfs-pause"
         (pause / "bin").mkdir(parents=True)
-        shutil.copy("/bin/busybox", pause / "bin" / "busybox")
+        shutil.copy(shutil.which("busybox") or "busybox", pause / "bin" / "busybox")
         (pause / "pause").write_text("#!/bin/busybox sh\nexec /bin/busybox sleep 3600\n")
         (pause / "pause").chmod(0o755)
         app = self.directory / "rootfs-app"
