@@ -86,3 +86,28 @@ def test_the_installed_launcher_passes_other_calls_to_runc(tmp_path: Path) -> No
     launcher = host / report.written[0].lstrip("/")
     result = subprocess.run([launcher, "--version"], capture_output=True, text=True, check=True)
     assert result.stdout.startswith("runc version")
+
+
+def test_containerd_reads_the_runtime_table_as_written(tmp_path: Path) -> None:
+    """containerd 1.6's own `config dump`: the handler's runc options and pod annotations."""
+    host = tmp_path / "host"
+    (host / "etc/containerd").mkdir(parents=True)
+    (host / "etc/containerd/config.toml").write_text(NODE_CONFIG)
+    platform = by_name("emulated-snp")
+    report = install_runtime(
+        InstallRequest(host, platform, TargetConfig(), tmp_path, restart=False),
+        runner=RecordingRunner(),
+    )
+    config = host / "etc/containerd/config.toml"
+    dump = subprocess.run(
+        ["containerd", "--config", str(config), "config", "dump"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    runtimes = tomllib.loads(dump.stdout)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"][
+        "runtimes"
+    ]
+    table = runtimes[report.runtime_name]
+    assert table["runtime_type"] == "io.containerd.runc.v2"
+    assert table["pod_annotations"] == ["io.katacontainers.*"]
+    assert table["options"]["BinaryName"] == report.written[0]
+    assert runtimes["runc"]["runtime_type"] == "io.containerd.runc.v2"
