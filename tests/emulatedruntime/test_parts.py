@@ -78,7 +78,7 @@ def _spec(**changes: Any) -> dict[str, Any]:
 def test_a_container_request_is_what_the_kata_shim_sends() -> None:
     request = agentrequests.create_container_request(
         _spec(), "c1", bundle="/state/io.containerd.runtime.v2.task/k8s.io/c1",
-        device_number=lambda: 1, random=lambda: "0123456789abcdef",
+        device_number=lambda _: 1, random=lambda: "0123456789abcdef",
     )  # fmt: skip
     oci = request["OCI"]
     assert oci["Root"] == {"Path": "/run/kata-containers/c1/rootfs", "Readonly": False}
@@ -212,3 +212,21 @@ def test_a_spec_that_is_not_json_is_one_line(
     assert error.startswith("emulated runtime: create: ")
     assert "\n" not in error
     assert json.loads(log.read_text())["level"] == "error"
+
+
+def test_an_empty_dir_is_one_device_in_every_container_that_mounts_it() -> None:
+    devices: dict[str, int] = {}
+
+    def number(volume: str) -> int:
+        return devices.setdefault(volume, len(devices) + 1)
+
+    def cache_point(container: str, volume: str) -> str:
+        spec = _spec(mounts=[_bind("/cache", f"{POD}/volumes/kubernetes.io~empty-dir/{volume}",
+                                   "rbind", "rprivate", "rw")])  # fmt: skip
+        request = agentrequests.create_container_request(
+            spec, container, bundle="/b", device_number=number
+        )
+        return str(request["OCI"]["Mounts"][0]["source"])
+
+    assert cache_point("c1", "shared") == cache_point("c2", "shared")
+    assert cache_point("c1", "shared") != cache_point("c1", "other")

@@ -112,13 +112,14 @@ def create_container_request(
     container_id: str,
     *,
     bundle: str,
-    device_number: Callable[[], int] | None = None,
+    device_number: Callable[[str], int] | None = None,
     random: Callable[[], str] = random_part,
 ) -> dict[str, Any]:
     """CreateContainerRequest for `spec` as the Kata shim would send it.
 
-    `device_number` hands out the block device numbers of emptyDir volumes (one sandbox's
-    volumes must not share one); `random` the shared files' random parts.
+    `device_number` gives the block device number of an emptyDir volume by its host directory
+    (one per volume of the sandbox, the same in every container that mounts it, as Kata attaches
+    one device per volume); `random` the shared files' random parts.
     """
     process = spec.get("process")
     if not isinstance(process, Mapping):
@@ -241,7 +242,7 @@ def _request_annotations(
 def _mounts(
     spec: Mapping[str, Any],
     container_id: str,
-    device_number: Callable[[], int] | None,
+    device_number: Callable[[str], int] | None,
     random: Callable[[], str],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     mounts: list[dict[str, Any]] = []
@@ -257,7 +258,7 @@ def _mounts(
         if destination == "/dev/shm":  # noqa: S108 (a mount destination)
             mounts.append(_mount(destination, SANDBOX_SHM, "bind", ["rbind"]))
         elif bind and _EMPTY_DIR in source:
-            number = device_number() if device_number is not None else 0
+            number = device_number(source) if device_number is not None else 0
             storage = _empty_dir_storage(number)
             storages.append(storage)
             mounts.append(_mount(destination, storage["mount_point"], "bind", options))

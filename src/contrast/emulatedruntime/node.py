@@ -131,7 +131,7 @@ class Sandbox:
         try:
             state: dict[str, Any] = json.loads(self._state_file.read_text())
         except FileNotFoundError:
-            return {"data": None, "devices": 0}
+            return {"data": None, "devices": {}}
         return state
 
     def save_state(self, state: Mapping[str, Any]) -> None:

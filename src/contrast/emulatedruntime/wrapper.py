@@ -150,16 +150,17 @@ def _create(call: runccli.RuncCall, settings: NodeSettings) -> None:
             state = sandbox.load_state()
             policy = _load_policy(toml, state)
 
-            def device_number() -> int:
-                state["devices"] = int(state.get("devices", 0)) + 1
-                return int(state["devices"])
+            devices: dict[str, int] = dict(state.get("devices") or {})
+
+            def device_number(volume: str) -> int:
+                return devices.setdefault(volume, len(devices) + 1)
 
             request = agentrequests.create_container_request(
                 spec, container_id, bundle=str(bundle), device_number=device_number
             )
             name = spec.get("annotations", {}).get(CONTAINER_NAME)
             _require(policy.evaluate("CreateContainerRequest", request), name)
-            sandbox.save_state({**state, "data": policy.data})
+            sandbox.save_state({**state, "data": policy.data, "devices": devices})
     node.record_container(container_id, sandbox.id)
     _add_tee_mount(config, spec, sandbox)
 
@@ -186,7 +187,7 @@ def _create_sandbox(
     _require(policy.evaluate("CreateContainerRequest", request))
     sandbox = node.new_sandbox(container_id, toml)
     with sandbox.locked():
-        sandbox.save_state({"data": policy.data, "devices": 0})
+        sandbox.save_state({"data": policy.data, "devices": {}})
     from contrast.emulatedruntime import teeserver  # noqa: PLC0415 (only for sandboxes)
 
     teeserver.start(sandbox, settings)
