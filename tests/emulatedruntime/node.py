@@ -103,7 +103,11 @@ def app_pod(roots: Path, name: str = "app") -> Pod:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
-            "volumes": [{"name": "usr", "hostPath": {"path": "/usr"}}],
+            "volumes": [
+                {"name": "usr", "hostPath": {"path": "/usr"}},
+                # As the Initializer's contrast-secrets: kubelet mounts a tmpfs for it.
+                {"name": "secrets", "emptyDir": {"medium": "Memory"}},
+            ],
             "containers": [
                 {
                     "name": "app",
@@ -111,7 +115,10 @@ def app_pod(roots: Path, name: str = "app") -> Pod:
                     "command": ["/usr/bin/python3", "-I", "-S", "/app.py"],
                     "args": [str(roots)],
                     "env": [{"name": "GREETING", "value": "hello"}],
-                    "volumeMounts": [{"name": "usr", "mountPath": "/usr", "readOnly": True}],
+                    "volumeMounts": [
+                        {"name": "usr", "mountPath": "/usr", "readOnly": True},
+                        {"name": "secrets", "mountPath": "/contrast"},
+                    ],
                     "livenessProbe": {"exec": {"command": PROBE}},
                 }
             ],
@@ -136,6 +143,7 @@ class Node:
         )  # fmt: skip
         self.process: subprocess.Popen[bytes] | None = None
         self.netns: list[str] = []
+        self.tmpfs: list[Path] = []
 
     def start(self) -> None:
         check_tools()
@@ -179,6 +187,8 @@ class Node:
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=30)
+        for path in self.tmpfs:
+            subprocess.run(["umount", str(path)], check=False)
         for netns in self.netns:
             subprocess.run(["ip", "netns", "delete", netns], check=False)
         shutil.rmtree(self.sockets, ignore_errors=True)
@@ -289,6 +299,8 @@ class Node:
             spec["mounts"].append(self._bind(destination, Path(destination).name, rw))
         spec["mounts"].append({"destination": "/usr", "type": "bind", "source": "/usr",
                                "options": ["rbind", "rprivate", "ro"]})  # fmt: skip
+        spec["mounts"].append(self._bind_volume("/contrast", self._memory_volume(pod, "secrets"),
+                                                ["rbind", "rprivate", "rw"]))  # fmt: skip
         spec["annotations"] = {
             "io.kubernetes.cri.container-type": "container",
             "io.kubernetes.cri.container-name": container["name"],
@@ -305,6 +317,20 @@ class Node:
         ]  # fmt: skip
         spec["linux"]["cgroupsPath"] = f"/contrast-test/{pod.sandbox_id}/{container_id}"
         return spec
+
+    def _memory_volume(self, pod: Pod, name: str) -> Path:
+        """kubelet's directory of an emptyDir of medium Memory: a tmpfs of its own."""
+        path = self.directory / "pods" / pod.uid / "volumes" / "kubernetes.io~empty-dir" / name
+        if not path.is_dir():
+            path.mkdir(parents=True)
+            subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(path)], check=True)
+            self.tmpfs.append(path)
+        return path
+
+    @staticmethod
+    def _bind_volume(destination: str, source: Path, options: list[str]) -> dict[str, Any]:
+        return {"destination": destination, "type": "bind", "source": str(source),
+                "options": options}  # fmt: skip
 
     def _bind(self, destination: str, name: str, options: list[str]) -> dict[str, Any]:
         source = str(self.rootfs["kubelet"] / name)

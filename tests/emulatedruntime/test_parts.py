@@ -230,3 +230,22 @@ def test_an_empty_dir_is_one_device_in_every_container_that_mounts_it() -> None:
 
     assert cache_point("c1", "shared") == cache_point("c2", "shared")
     assert cache_point("c1", "shared") != cache_point("c1", "other")
+
+
+def test_a_memory_empty_dir_is_an_ephemeral_storage() -> None:
+    source = f"{POD}/volumes/kubernetes.io~empty-dir/contrast-secrets"
+    spec = _spec(mounts=[_bind("/contrast", source, "rbind", "rprivate", "rw")])
+    request = agentrequests.create_container_request(
+        spec, "c1", bundle="/b", is_tmpfs=lambda path: path == source
+    )
+    point = f"{agentrequests.EPHEMERAL_DIR}/contrast-secrets"
+    assert request["OCI"]["Mounts"][0]["source"] == point
+    assert [s for s in request["storages"] if s["driver"] == "ephemeral"] == [
+        {"driver": "ephemeral", "driver_options": [], "source": "tmpfs", "fstype": "tmpfs",
+         "options": [], "mount_point": point, "fs_group": None, "shared": False}
+    ]  # fmt: skip
+
+
+def test_the_mount_table_tells_a_tmpfs() -> None:
+    assert agentrequests.on_tmpfs("/dev/shm/anything")
+    assert not agentrequests.on_tmpfs("/proc/self")

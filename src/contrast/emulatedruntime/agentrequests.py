@@ -30,6 +30,7 @@ GUEST_ROOT = "/run/kata-containers"
 SHARED_DIR = f"{GUEST_ROOT}/shared/containers"
 SANDBOX_SHM = f"{GUEST_ROOT}/sandbox/shm"
 STORAGE_DIR = f"{GUEST_ROOT}/sandbox/storage"
+EPHEMERAL_DIR = f"{GUEST_ROOT}/sandbox/ephemeral"
 # containerd's default state directory: Kata reports the bundle below it, and the policies say so.
 BUNDLE_ROOT = "/run/containerd/io.containerd.runtime.v2.task"
 # CRI's default shared-memory size (64 MiB), which the sandbox's shm storage carries.
@@ -114,20 +115,23 @@ def create_container_request(
     bundle: str,
     device_number: Callable[[str], int] | None = None,
     random: Callable[[], str] = random_part,
+    is_tmpfs: Callable[[str], bool] | None = None,
 ) -> dict[str, Any]:
     """CreateContainerRequest for `spec` as the Kata shim would send it.
 
     `device_number` gives the block device number of an emptyDir volume by its host directory
     (one per volume of the sandbox, the same in every container that mounts it, as Kata attaches
-    one device per volume); `random` the shared files' random parts.
+    one device per volume); `random` the shared files' random parts; `is_tmpfs` whether a host
+    directory is a tmpfs (an emptyDir of medium Memory; default: the node's mount table).
     """
+    is_tmpfs = is_tmpfs or on_tmpfs
     process = spec.get("process")
     if not isinstance(process, Mapping):
         raise SpecError("the container's spec has no process")
     linux = _mapping(spec.get("linux"))
     sandbox = container_type(spec) == "sandbox"
     root_path = f"{GUEST_ROOT}/{container_id}/rootfs"
-    mounts, storages = _mounts(spec, container_id, device_number, random)
+    mounts, storages = _mounts(spec, container_id, device_number, random, is_tmpfs)
     namespaces, sandbox_pidns = _namespaces(linux.get("namespaces"))
     annotations = _request_annotations(spec, container_id, bundle=bundle, sandbox=sandbox)
     if not sandbox:
@@ -244,6 +248,7 @@ def _mounts(
     container_id: str,
     device_number: Callable[[str], int] | None,
     random: Callable[[], str],
+    is_tmpfs: Callable[[str], bool],
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     mounts: list[dict[str, Any]] = []
     storages: list[dict[str, Any]] = []
@@ -257,6 +262,12 @@ def _mounts(
         bind = type_ == "bind" or "bind" in options or "rbind" in options
         if destination == "/dev/shm":  # noqa: S108 (a mount destination)
             mounts.append(_mount(destination, SANDBOX_SHM, "bind", ["rbind"]))
+        elif bind and _EMPTY_DIR in source and is_tmpfs(source):
+            # medium: Memory (kubelet mounted a tmpfs): a tmpfs the guest makes, as Kata's
+            # ephemeral storage, at a guest path named after the volume.
+            point = f"{EPHEMERAL_DIR}/{posixpath.basename(source.rstrip('/'))}"
+            storages.append(_ephemeral_storage(point))
+            mounts.append(_mount(destination, point, "bind", options))
         elif bind and _EMPTY_DIR in source:
             number = device_number(source) if device_number is not None else 0
             storage = _empty_dir_storage(number)
@@ -274,6 +285,39 @@ def _mounts(
 
 def _mount(destination: str, source: str, type_: str, options: Sequence[str]) -> dict[str, Any]:
     return {"destination": destination, "source": source, "type_": type_, "options": list(options)}
+
+
+def on_tmpfs(path: str) -> bool:
+    """Whether `path` is on a tmpfs, by the longest mount point above it in the mount table."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as table:
+            lines = table.readlines()
+    except OSError:
+        return False
+    target = os.path.realpath(path)
+    best, kind = "", ""
+    for line in lines:
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        point = fields[4].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, line.split(" - ", 1)[1].split()[0]
+    return kind == "tmpfs"
+
+
+def _ephemeral_storage(point: str) -> dict[str, Any]:
+    return {
+        "driver": "ephemeral",
+        "driver_options": [],
+        "source": "tmpfs",
+        "fstype": "tmpfs",
+        "options": [],
+        "mount_point": point,
+        "fs_group": None,
+        "shared": False,
+    }
 
 
 def _empty_dir_storage(number: int) -> dict[str, Any]:
