@@ -91,6 +91,12 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "--skip-service-mesh", action="store_true", help="inject no service-mesh sidecar"
     )
+    parser.add_argument(
+        "--insecure-enable-debug-shell-access",
+        action="store_true",
+        help="INSECURE: add the contrast-debug-shell sidecar and contrast.insecure-debug to every"
+        " pod's initdata (the policy hashes show it); never for production",
+    )
     add_image_replacements(parser)
     parser.add_argument(
         "--oci-layout",
@@ -166,6 +172,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         seedshare_threshold=arguments.seedshare_threshold,
         skip_initializer=arguments.skip_initializer,
         skip_service_mesh=arguments.skip_service_mesh,
+        insecure_debug_shell=arguments.insecure_enable_debug_shell_access,
         image_replacements=image_replacements(arguments),
         oci_layouts=tuple(arguments.oci_layout),
         insecure_registries=tuple(arguments.insecure_registry),

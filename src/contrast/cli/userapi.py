@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from contrast.client.workspace import (
     Workspace,
 )
 from contrast.errors import ContrastError
+from contrast.policy.initdata import Initdata, InitdataError, policy_hash
 
 _POLICY_HASH = re.compile(r"[0-9a-fA-F]{64}")
 # One call to the Coordinator; an hour is far beyond any answer it gives.
@@ -188,7 +190,39 @@ def run_verify(arguments: argparse.Namespace) -> int:
         _warn(result.seen.unchecked_warning())
     print(f"✔ Verified: the active manifest is {target.manifest_path}")
     print(f"  wrote {result.directory} ({result.manifests} manifests in the history)")
+    for warning in debug_warnings(result.directory, result.manifests):
+        _warn(warning)
     return 0
+
+
+def debug_warnings(directory: Path, manifests: int) -> list[str]:
+    """One line per policy of the active manifest whose initdata opens the insecure debug shell.
+
+    Read from what `verify` wrote (the active manifest and every policy's initdata): the flag is
+    in the document the policy hash covers, so a debug-enabled pod cannot pass as another.
+    """
+    if manifests < 1:
+        return []
+    active = json.loads((directory / f"manifest.{manifests - 1}.json").read_bytes())
+    policies = active.get("Policies") or {}
+    warnings = []
+    for path in sorted(directory.glob("initdata.*.toml")):
+        toml = path.read_bytes()
+        entry = policies.get(policy_hash(toml).hex())
+        if entry is None:
+            continue
+        name = entry.get("WorkloadSecretID") or ", ".join(entry.get("SANs") or [])
+        try:
+            debug = Initdata.from_toml(toml).insecure_debug
+        except InitdataError as error:
+            warnings.append(f"policy {path.name} ({name}) cannot be read: {error}")
+            continue
+        if debug:
+            warnings.append(
+                f"INSECURE: policy {policy_hash(toml).hex()[:16]}… ({name}) enables the debug"
+                " shell: whoever can exec into that pod has a shell in its confidential VM"
+            )
+    return warnings
 
 
 def run_recover(arguments: argparse.Namespace) -> int:

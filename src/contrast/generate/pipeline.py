@@ -34,7 +34,15 @@ from contrast.images.layout import OciLayout
 from contrast.images.model import ImageFacts
 from contrast.images.reference import ImageReference
 from contrast.images.resolver import ImageResolver
-from contrast.kuberesource import checks, inject, knownannotations, runtimeclass, schema, yamlio
+from contrast.kuberesource import (
+    checks,
+    debugshell,
+    inject,
+    knownannotations,
+    runtimeclass,
+    schema,
+    yamlio,
+)
 from contrast.kuberesource.imagereplace import ImageReplacements
 from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
@@ -72,6 +80,8 @@ class Options:
     seedshare_threshold: int = 1
     skip_initializer: bool = False
     skip_service_mesh: bool = False
+    # The original's --insecure-enable-debug-shell-access (kuberesource/debugshell.py).
+    insecure_debug_shell: bool = False
     image_replacements: ImageReplacements = field(default_factory=ImageReplacements)
     oci_layouts: tuple[Path, ...] = ()
     insecure_registries: tuple[str, ...] = ()
@@ -335,6 +345,10 @@ class _Edit:
             skip_initializer=self.options.skip_initializer,
             skip_service_mesh=self.options.skip_service_mesh,
         )
+        if self.options.insecure_debug_shell:
+            debugshell.inject(workload)
+        else:
+            debugshell.remove(workload)
         # After injection, so that the Initializer and the sidecar are replaced too; before the
         # policy, which then describes the images the pod will run.
         self.options.image_replacements.replace_in(workload)
@@ -578,7 +592,10 @@ def generate(
     rules = _rules(options.rules, schema_cache)
     new_settings, settings = _settings(options.settings)
     previous = _previous_manifest(options.manifest, schema_cache)
-    generator = PolicyGenerator(rules.text, settings)
+    debug = {debugshell.INITDATA_ENTRY: debugshell.INITDATA_VALUE}
+    generator = PolicyGenerator(
+        rules.text, settings, debug if options.insecure_debug_shell else None
+    )
 
     memo = None if options.yaml_cache is None else YamlMemo(options.yaml_cache)
     files = yamlio.load_paths(options.paths, plain=True, memo=memo)
@@ -659,9 +676,10 @@ def generate(
 
     config_resources = [yamlio.to_plain(document) for document, _ in config_documents]
     identities = []
+    # A debug run derives every policy: the cache's keys do not know the initdata flag.
     cache = (
         None
-        if options.policy_cache is None
+        if options.policy_cache is None or options.insecure_debug_shell
         else PolicyCache(options.policy_cache, rules.text, settings, config_resources)
     )
     # Changed files are written beside themselves as their texts arrive (staging.py); a run
@@ -683,6 +701,15 @@ def generate(
             identities.append(_identity(workload, policy_hash))
             result.policies[workload.describe()] = policy_hash
             result.warnings.extend(warnings)
+            if options.insecure_debug_shell:
+                result.warnings.append(
+                    checks.CheckWarning(
+                        workload.describe(),
+                        f"insecure debug shell access enabled (policy {policy_hash[:16]}…)",
+                        "anyone who can exec into the pod gets a shell in its confidential VM;"
+                        " never for production or sensitive data",
+                    )
+                )
 
         result.platforms = tuple(p.display_name for p in platforms)
         values, result.missing_reference_values = manifest_document.reference_values(

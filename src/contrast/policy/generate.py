@@ -117,16 +117,20 @@ def _with_claim_templates(workload: Workload) -> Mapping[str, Any]:
 class PolicyGenerator:
     """Generates policies with one rule set and one settings document."""
 
-    def __init__(self, rules: str, settings: Settings) -> None:
+    def __init__(
+        self, rules: str, settings: Settings, initdata_extra: Mapping[str, str] | None = None
+    ) -> None:
         self.rules = rules
         self.settings = settings
+        # Initdata entries besides the policy (the insecure debug flag), in every pod's.
+        self.initdata_extra = dict(initdata_extra or {})
         self._encoder: PolicyEncoder | None = None
 
     @property
     def encoder(self) -> PolicyEncoder:
         """Encodes this generator's policies, the shared rules once (made on first use)."""
         if self._encoder is None:
-            self._encoder = PolicyEncoder(self.rules + POLICY_DATA)
+            self._encoder = PolicyEncoder(self.rules + POLICY_DATA, self.initdata_extra)
         return self._encoder
 
     def required_images(self, workload: Workload) -> set[str]:

@@ -35,6 +35,9 @@ POLICY_ENTRY = "policy.rego"
 # Kubernetes caps an annotation at 256 KiB; a policy decompresses to a few hundred KiB at most.
 MAXIMUM_DECOMPRESSED = 16 * 1024 * 1024
 POLICY_HASH_SIZE = 32
+# `generate --insecure-enable-debug-shell-access` adds this entry, as the original: the guest
+# starts its debug service for it, and the policy hash (so the attestation) shows it.
+INSECURE_DEBUG_ENTRY = "contrast.insecure-debug"
 
 _ALGORITHMS = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
 
@@ -101,6 +104,11 @@ class Initdata:
     def policy(self) -> str | None:
         return self.data.get(POLICY_ENTRY)
 
+    @property
+    def insecure_debug(self) -> bool:
+        """Whether this pod's guest opens the insecure debug shell (`contrast.insecure-debug`)."""
+        return self.data.get(INSECURE_DEBUG_ENTRY, "").strip().lower() == "true"
+
     def policy_hash_of(self, toml: bytes) -> bytes:
         """`policy_hash(toml)` for `toml = self.to_toml()`, without reading the TOML back.
 
@@ -155,9 +163,9 @@ class EncodedPolicy(NamedTuple):
     policy_hash: bytes
 
 
-def encode_policy(policy: str) -> EncodedPolicy:
-    """The initdata of `policy` (sha256, the policy as its only entry), encoded from scratch."""
-    initdata = Initdata({POLICY_ENTRY: policy})
+def encode_policy(policy: str, extra: Mapping[str, str] | None = None) -> EncodedPolicy:
+    """The initdata of `policy` (sha256; the policy and the `extra` entries), from scratch."""
+    initdata = Initdata({**(extra or {}), POLICY_ENTRY: policy})
     toml = initdata.to_toml()
     return EncodedPolicy(toml, encode_annotation(toml), initdata.policy_hash_of(toml))
 
@@ -179,13 +187,19 @@ class PolicyEncoder:
     and a policy the literal TOML form cannot hold is encoded from scratch.
     """
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, extra: Mapping[str, str] | None = None) -> None:
         self.prefix = prefix
+        # Other entries of every policy's initdata (the debug flag); the shortcut needs the
+        # policy to be the last entry, so they must sort before it.
+        self.extra = dict(extra or {})
         closing = len(_LITERAL_CLOSE) + 1  # the last newline of the sample's value, and `'''\n`
-        head = Initdata({POLICY_ENTRY: prefix + "\n"}).to_toml()[:-closing]
+        head = Initdata({**self.extra, POLICY_ENTRY: prefix + "\n"}).to_toml()[:-closing]
         self._head = head
         self._usable = (
-            "\n" in prefix and head.endswith(prefix.encode()) and _literal_part(prefix, "")
+            "\n" in prefix
+            and head.endswith(prefix.encode())
+            and _literal_part(prefix, "")
+            and all(key < POLICY_ENTRY for key in self.extra)
         )
         self._gzip_header = gzip.compress(b"", mtime=0)[:10]
         self._deflate = zlib.compressobj(9, zlib.DEFLATED, -15)
@@ -193,15 +207,15 @@ class PolicyEncoder:
         self._crc = zlib.crc32(head)
         self._sha256 = hashlib.sha256(head)
         sample = prefix + '{\n  "sample": "\u00e9"\n}'
-        self._usable = self._usable and self.encode(sample) == encode_policy(sample)
+        self._usable = self._usable and self.encode(sample) == encode_policy(sample, self.extra)
 
     def encode(self, policy: str) -> EncodedPolicy:
         """`encode_policy(policy)`, from the states after the shared prefix where it can."""
         if not self._usable or not policy.startswith(self.prefix):
-            return encode_policy(policy)
+            return encode_policy(policy, self.extra)
         rest = policy[len(self.prefix) :]
         if not _literal_part(rest, self.prefix[-2:]) or policy.endswith("'"):
-            return encode_policy(policy)
+            return encode_policy(policy, self.extra)
         tail = rest.encode() + _LITERAL_CLOSE
         deflate = self._deflate.copy()
         deflated = self._deflated_head + deflate.compress(tail) + deflate.flush()
