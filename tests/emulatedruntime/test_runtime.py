@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import signal
 import socket
 import struct
 import subprocess
@@ -277,3 +279,21 @@ def test_pausing_or_updating_a_container_is_refused(node: Node, running: Pod) ->
     assert updated.returncode != 0
     assert "UpdateContainerRequest is blocked by policy" in updated.stderr
     assert node.exec(APP, PROBE).returncode == 0  # still running, not paused
+
+
+def test_a_dead_tee_comes_back_with_the_next_container(node: Node, running: Pod) -> None:
+    directory = node.state / "sandboxes" / running.sandbox_id
+    pid = int((directory / "tee-server.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while _state(pid) != "Z" and Path(f"/proc/{pid}").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    tee = directory / "tee" / "tee.sock"
+    with pytest.raises(endpoint.EndpointError, match="unreachable"):
+        endpoint.request_evidence(tee, bytes(64))
+    container = "d" * 64  # the app restarted by kubelet: a new container of the same policy entry
+    started = node.run(container, node.container_spec(running, container))
+    assert started.returncode == 0, started.stderr
+    evidence = endpoint.request_evidence(tee, bytes(64))
+    assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash

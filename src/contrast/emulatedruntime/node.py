@@ -109,6 +109,18 @@ class Sandbox:
     def _state_file(self) -> Path:
         return self.directory / "policy-state.json"
 
+    def server_pid(self) -> int | None:
+        """The pid of this sandbox's TEE server if it runs (a reused pid is not it)."""
+        try:
+            pid = int(self.server_pid_file.read_text())
+            command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+        except (OSError, ValueError, IndexError):
+            return None
+        if state == "Z" or os.fsencode(str(self.directory)) not in command_line.split(b"\0"):
+            return None
+        return pid
+
     def exists(self) -> bool:
         return self.initdata_file.is_file()
 

@@ -109,16 +109,9 @@ def start(sandbox: Sandbox, settings: NodeSettings) -> None:
 
 def stop(sandbox: Sandbox) -> None:
     """Stop the server of `sandbox`, if it runs (only the process that serves this sandbox)."""
-    try:
-        pid = int(sandbox.server_pid_file.read_text())
-    except (FileNotFoundError, ValueError):
+    pid = sandbox.server_pid()
+    if pid is None:
         return
-    try:
-        command_line = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return
-    if os.fsencode(str(sandbox.directory)) not in command_line.split(b"\0"):
-        return  # the pid was reused by another process
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + 5

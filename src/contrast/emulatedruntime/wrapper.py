@@ -161,6 +161,12 @@ def _create(call: runccli.RuncCall, settings: NodeSettings) -> None:
             name = spec.get("annotations", {}).get(CONTAINER_NAME)
             _require(policy.evaluate("CreateContainerRequest", request), name)
             sandbox.save_state({**state, "data": policy.data, "devices": devices})
+            if sandbox.server_pid() is None:
+                # The pod's TEE died (killed, OOM): its next container brings it back, with the
+                # initdata fixed at the sandbox's creation.
+                from contrast.emulatedruntime import teeserver  # noqa: PLC0415
+
+                teeserver.start(sandbox, settings)
     node.record_container(container_id, sandbox.id)
     _add_tee_mount(config, spec, sandbox)
 
