@@ -30,7 +30,7 @@ from contrast.attestation.emulated.snp import load_roots
 from contrast.attestation.snp.verify import verify_evidence
 from contrast.errors import ContrastError
 from contrast.policy import initdata
-from tests.emulatedruntime.node import PROBE, REPORT_DATA, Node, Pod, app_pod
+from tests.emulatedruntime.node import IMAGE, PROBE, REPORT_DATA, Node, Pod, app_pod
 
 APP = "a" * 64
 
@@ -138,19 +138,21 @@ def test_a_container_changed_after_generate_is_refused_naming_the_rule(
     assert container not in node.ctr("tasks", "list", "--quiet").stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy/assets/rules.rego accepts any value of io.kubernetes.cri.image-name (only the"
-    " key is checked) and never compares the image_guest_pull storage's source with the"
-    " policy's image: a swapped image with the same command starts",
-)
 def test_a_container_with_another_image_is_refused(node: Node, running: Pod) -> None:
+    """Only the image changes (the command, env and mounts still match): the image rule refuses."""
     container = "b" * 64
     spec = node.container_spec(running, container)
     spec["annotations"]["io.kubernetes.cri.image-name"] = "registry.example/evil:latest"
     result = node.run(container, spec)
     node.remove(container)
     assert result.returncode != 0
+    _, _, reason = result.stderr.partition("OCI runtime create failed: ")
+    assert reason.startswith("CreateContainerRequest is blocked by policy: "), result.stderr
+    assert reason.split(": ", 1)[1].startswith("CreateContainerRequest: policy container 1 app - ")
+    # Both names of the image the guest would run: CRI's annotation and the guest pull's source.
+    for check in ("io.kubernetes.cri.image-name", "image_guest_pull storage source"):
+        assert f"{check} expected {IMAGE} got registry.example/evil:latest" in reason, reason
+    assert container not in node.ctr("tasks", "list", "--quiet").stdout
 
 
 def test_an_exec_the_policy_does_not_allow_is_refused(node: Node, running: Pod) -> None:

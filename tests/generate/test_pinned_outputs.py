@@ -6,8 +6,9 @@ examples and for a few bench-like Deployments, and the manifest's policies, are 
 against the digests the tree wrote before that work (keys and reference values are not pinned:
 they differ per workspace; nor is the runtime handler's hash, which follows the node installer's
 code). Re-pinned when the Coordinator's Role lost `list` (issue 25's RBAC test): that verb is the
-only difference from the digests recorded before issue 14's work. A change on purpose (new rules,
-settings, an injected field) updates the digest: the failure prints the new one.
+only difference from the digests recorded before issue 14's work. Re-pinned when the rules began
+checking the image (issue 26): the rules text in each initdata is the only difference. A change on
+purpose (new rules, settings, an injected field) updates the digest: the failure prints the new one.
 """
 
 from __future__ import annotations
@@ -25,28 +26,28 @@ from tests.generate.conftest import GenerateWorkspace
 PINNED = {
     "sidecar-tls": (
         "emulated-snp",
-        "f37fdc8e4e7da378bd38ed478ac70441ac9d90ed68eca28868355d37e5c7f15d",
+        "aa0b1a3f9821778378408f871f0b8364cb0ef04f3c394191d40628fbf3aaf3ea",
     ),
     "kustomize-app": (
         "emulated-tdx",
-        "f0d19dd61320c188195f8c65fb9e7cf1a580f1cb7d26afd23c035ddd8b759c0f",
+        "4dd6ed944c9680cc23dfa1be9f535150f30533efd343f3dcbdc48498c6cdc7aa",
     ),
     "multi-runtime": (
         "metal-qemu-snp",
-        "2c9472e0acfc67ad034a9266fc320637278d5d6d6898730c4d504ccfb4f5071a",
+        "1d828e82ddabb8ad566b92f4d119242ba3228329e850f7a6a711baa1665caa1a",
     ),
     "gpu": (
         "metal-qemu-snp-gpu",
-        "f97e0e73d52124dedd8d99aa57c4a17b1f6d8a431cb917afa52baa5e1081fb62",
+        "4fdfea15511048632d399e833343409ffcd11c12a77f459c0fb7ac753a7aa9ac",
     ),
     "deployments": (
         "emulated-snp",
-        "e04161f9493df553c49a0df696d9c5964471b66e8c565c5915f7bdecb7db1f87",
+        "33ed0dd562f7a67a3080279b3671857663de57f40da88ccf92fabd16eece66cc",
     ),
     # Each variant takes the fast way or ruamel's (yamlrtload, yamlrtdump).
     "variants": (
         "emulated-snp",
-        "c5662ff320d54e070ebf924fa4b35e40581f99d9a41637d5c717be5ee628b2f8",
+        "06992736f7aa9f10540b3a7b13adc845ee42b818901dab78559cb90dd348cb2e",
     ),
 }
 

@@ -38,6 +38,7 @@ _CONTAINER_NAME = "io.kubernetes.cri.container-name"
 _CONTAINER_TYPE = "io.kubernetes.cri.container-type"
 _SANDBOX_NAME = "io.kubernetes.cri.sandbox-name"
 _CRI_PREFIX = "io.kubernetes.cri."
+_IMAGE_NAME = "io.kubernetes.cri.image-name"
 _IGNORED_NAMESPACES = {"network", "cgroup"}
 _VFIO_PATH = "/dev/vfio/devices/vfio"
 _CDI_ANNOTATION = re.compile(r"cdi\.k8s\.io/vfio([0-9]+)")
@@ -360,6 +361,34 @@ def _equal(field: str, expected: Any, actual: Any) -> Iterator[Difference]:
         yield Difference(field, f"policy expects {_show(expected)}, request has {_show(actual)}")
 
 
+def _by_digest(image: str) -> str:
+    return " (compared by digest)" if "@" in image else ""
+
+
+def image_allows(policy_image: str, request_image: str) -> bool:
+    """rules.rego's image_allows: by digest when the policy pins one, else by normalized name."""
+    if "@" in policy_image:
+        return "@" in request_image and _digest(policy_image) == _digest(request_image)
+    return _normalized_image(policy_image) == _normalized_image(request_image.partition("@")[0])
+
+
+def _digest(image: str) -> str:
+    return image.split("@", 1)[1].lower()
+
+
+def _normalized_image(name: str) -> str:
+    """containerd's spelling: 'busybox' is docker.io/library/busybox:latest."""
+    first, _, rest = name.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        if first == "docker.io" and "/" not in rest:
+            name = f"docker.io/library/{rest}"
+    elif rest:
+        name = f"docker.io/{name}"
+    else:
+        name = f"docker.io/library/{name}"
+    return name if ":" in name.rsplit("/", 1)[-1] else f"{name}:latest"
+
+
 def _annotations(
     policy: Mapping[str, Any], i_oci: Mapping[str, Any], patterns: Patterns
 ) -> Iterator[Difference]:
@@ -368,8 +397,17 @@ def _annotations(
     for key in (_CONTAINER_TYPE, _CONTAINER_NAME, "io.katacontainers.pkg.oci.container_type"):
         if key in p_annotations:
             yield from _equal(f"Annotations[{key}]", p_annotations[key], i_annotations.get(key))
+    expected_image = p_annotations.get(_IMAGE_NAME)
+    if isinstance(expected_image, str):
+        actual_image = i_annotations.get(_IMAGE_NAME)
+        if not (isinstance(actual_image, str) and image_allows(expected_image, actual_image)):
+            yield Difference(
+                f"Annotations[{_IMAGE_NAME}]",
+                f"policy expects {_show(expected_image)}{_by_digest(expected_image)},"
+                f" request has {_show(actual_image)}",
+            )
     for key, expected in p_annotations.items():
-        if key in (_CONTAINER_TYPE, _CONTAINER_NAME, "io.kubernetes.cri.image-name"):
+        if key in (_CONTAINER_TYPE, _CONTAINER_NAME, _IMAGE_NAME):
             continue
         actual = i_annotations.get(key)
         if actual is None or not isinstance(expected, str) or expected == "":

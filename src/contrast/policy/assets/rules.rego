@@ -308,7 +308,7 @@ problem(check, expected, got) := {"check": check, "policy": expected, "request":
 # Every check of one policy container against the request; the container allows the request
 # when this set is empty. Each entry names the check, the policy's expectation and the request's
 # value, which is what a denial prints.
-container_problems(p) := (((((identity_problems(p) | annotation_problems(p)) | process_problems(p)) | mount_problems(p)) | storage_problems(p)) | linux_problems(p)) | device_problems(p)
+container_problems(p) := ((((((identity_problems(p) | annotation_problems(p)) | image_problems(p)) | process_problems(p)) | mount_problems(p)) | storage_problems(p)) | linux_problems(p)) | device_problems(p)
 
 identity_problems(p) := (({problem("sandbox_pidns", p.sandbox_pidns, input.sandbox_pidns) | p.sandbox_pidns != input.sandbox_pidns}
 	| {problem("OCI.Version", p.OCI.Version, input.OCI.Version) | p.OCI.Version != input.OCI.Version})
@@ -401,6 +401,99 @@ log_directory_ok(p) if {
 	pattern := replace(with_name, "$(sandbox-namespace)", text(input_annotation(SANDBOX_NAMESPACE)))
 	matches(pattern, input_annotation(LOG_DIRECTORY))
 }
+
+###########################################################################################
+# Image: the image a container runs is the one its policy container names. The request names it
+# twice: CRI's image-name annotation, and the source of the image_guest_pull storage, which is
+# that annotation as the Kata runtime hands it to the guest to pull. Both must be the policy's
+# image (Kata's own rules check neither: any io.kubernetes.cri.* value passes and the storage's
+# source is a TODO, so a swapped image with the policy's command would start).
+#
+# A policy image pinned by digest ("repo:tag@sha256:…", as `generate` pins every image) allows a
+# reference with the same digest: the digest is what names the content, and containerd spells
+# the reference its own way ("repo@sha256:…", without the tag). An unpinned policy image allows
+# the same name and tag, in containerd's spelling ("busybox" is docker.io/library/busybox:latest).
+#
+# The pause container has no image in the policy: in Kata it comes from the guest's measured
+# root file system, and its guest-pull storage (if any) names the literal "pause".
+
+CRI_IMAGE_NAME := "io.kubernetes.cri.image-name"
+
+policy_image(p) := get(p.OCI.Annotations, CRI_IMAGE_NAME)
+
+image_problems(p) := {problem(CRI_IMAGE_NAME, policy_image(p), input_annotation(CRI_IMAGE_NAME)) |
+	policy_image(p) != null
+	not image_allows(policy_image(p), input_annotation(CRI_IMAGE_NAME))
+} | {problem("image_guest_pull storage source", image_expected_source(p), storage.source) |
+	some storage in guest_pull_storages
+	not guest_pull_source_ok(p, storage.source)
+}
+
+image_expected_source(p) := policy_image(p) if policy_image(p) != null
+
+else := "pause"
+
+guest_pull_source_ok(p, source) if {
+	policy_image(p) != null
+	image_allows(policy_image(p), source)
+}
+
+guest_pull_source_ok(p, "pause") if policy_image(p) == null
+
+image_allows(policy_ref, request_ref) if {
+	is_string(policy_ref)
+	is_string(request_ref)
+	contains(policy_ref, "@")
+	image_digest(policy_ref) == image_digest(request_ref)
+}
+
+image_allows(policy_ref, request_ref) if {
+	is_string(policy_ref)
+	is_string(request_ref)
+	not contains(policy_ref, "@")
+	normalized_image(policy_ref) == normalized_image(image_without_digest(request_ref))
+}
+
+# The digest after "@", lower case; undefined for a reference without one.
+image_digest(ref) := lower(substring(ref, indexof(ref, "@") + 1, -1)) if contains(ref, "@")
+
+image_without_digest(ref) := substring(ref, 0, indexof(ref, "@")) if contains(ref, "@")
+
+else := ref
+
+normalized_image(name) := image_with_tag(image_with_domain(name))
+
+# A first path component with a "." or ":", or "localhost", is a registry; the default one is
+# docker.io, whose one-component names are under library/.
+image_with_domain(name) := with_library(name) if {
+	parts := split(name, "/")
+	count(parts) > 1
+	image_registry_like(parts[0])
+}
+
+else := concat("", ["docker.io/", name]) if contains(name, "/")
+
+else := concat("", ["docker.io/library/", name])
+
+with_library(name) := concat("", ["docker.io/library/", substring(name, count("docker.io/"), -1)]) if {
+	startswith(name, "docker.io/")
+	count(split(name, "/")) == 2
+}
+
+else := name
+
+image_registry_like(part) if contains(part, ".")
+
+image_registry_like(part) if contains(part, ":")
+
+image_registry_like(part) if part == "localhost"
+
+image_with_tag(name) := name if {
+	parts := split(name, "/")
+	contains(parts[count(parts) - 1], ":")
+}
+
+else := concat("", [name, ":latest"])
 
 ###########################################################################################
 # Process
