@@ -1,9 +1,12 @@
 """Sends one SetManifest and kills itself right after its N-th store write: test_crash_steps.py's.
 
-Usage: python -m tests.coordinator.crash_step_worker STATE_DIR TEE_DIR KEYS_DIR first|update N
+Usage: python -m tests.coordinator.crash_step_worker STATE_DIR TEE_DIR KEYS_DIR KIND N
 
-`first` sets the first manifest on an empty state; `update` recovers with KEYS_DIR's seed shares,
-then sends the owner's update. Each write the request makes is printed (its key) before the next;
+KIND `first` sets the first manifest on an empty state; `update` recovers with KEYS_DIR's seed
+shares, then sends the owner's update; `large-first` and `large-update` do the same with 10 000
+more workloads in each manifest (chunked manifest, several policy packs).
+
+Each write the request makes is printed (its key) before the next;
 the N-th is followed by SIGKILL, so nothing after it runs (no finally, no flush, no response).
 Exit status 0 and `done` mean the request made fewer than N writes.
 """
@@ -25,11 +28,26 @@ from contrast.history.history import History
 from contrast.history.store import FileSystemStore, Store
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import workload_verifier
+from contrast.policy.initdata import Initdata
 from contrast.seed.shares import SeedShareDocument
 from tests.coordinator.conftest import Deployment, policy
 
 UPDATED = ("coordinator", "web", "client")
 SHARES = "seed-shares.json"
+LARGE = tuple(f"w{index}" for index in range(10_000))
+
+
+def large_policy(name: str) -> bytes:
+    """A document of about 300 bytes: 10 000 of them fill three packs."""
+    return Initdata({"policy.rego": f"package agent_policy\n# {name}\n" + "#" * 200}).to_toml()
+
+
+def first_names(kind: str) -> tuple[str, ...]:
+    return ("coordinator", "web", *(LARGE if kind.startswith("large-") else ()))
+
+
+def updated_names(kind: str) -> tuple[str, ...]:
+    return (*UPDATED, *(LARGE if kind.startswith("large-") else ()))
 
 
 class DiesAfterWrites:
@@ -67,12 +85,13 @@ class DiesAfterWrites:
             os.kill(os.getpid(), signal.SIGKILL)
 
 
-def load_deployment(state_dir: Path, tee_dir: Path, keys: Path) -> Deployment:
+def load_deployment(state_dir: Path, tee_dir: Path, keys: Path, kind: str = "first") -> Deployment:
     owner = serialization.load_pem_private_key((keys / "owner.pem").read_bytes(), None)
     seedshare = serialization.load_pem_private_key((keys / "seedshare.pem").read_bytes(), None)
     assert isinstance(owner, ec.EllipticCurvePrivateKey)
     assert isinstance(seedshare, rsa.RSAPrivateKey)
     policies = {name: policy(name) for name in UPDATED}
+    policies.update({name: large_policy(name) for name in updated_names(kind)[len(UPDATED) :]})
     return Deployment(EmulatedSnp(tee_dir), owner, seedshare, policies, state_dir)
 
 
@@ -80,12 +99,13 @@ def send(
     coordinator: Coordinator, deployment: Deployment, kind: str, previous: bytes
 ) -> SetManifestResult:
     """The request of `kind`: the same manifest, previous transition and signer on every try."""
-    if kind == "first":
-        return coordinator.set_manifest(deployment.manifest(), deployment.documents())
-    manifest = deployment.manifest(UPDATED)
+    if not kind.endswith("update"):
+        names = first_names(kind)
+        return coordinator.set_manifest(deployment.manifest(names), deployment.documents(names))
+    manifest = deployment.manifest(updated_names(kind))
     return coordinator.set_manifest(
         manifest,
-        deployment.documents(UPDATED),
+        deployment.documents(updated_names(kind)),
         previous_transition_hash=previous,
         owner_public_key=public_key_der(deployment.owner.public_key()),
         signature=sign_update(deployment.owner, manifest, previous),
@@ -98,11 +118,11 @@ def recover(coordinator: Coordinator, deployment: Deployment, keys: Path) -> Non
 
 
 def main(state_dir: Path, tee_dir: Path, keys: Path, kind: str, limit: int) -> None:
-    deployment = load_deployment(state_dir, tee_dir, keys)
+    deployment = load_deployment(state_dir, tee_dir, keys, kind)
     store = DiesAfterWrites(FileSystemStore(state_dir), limit)
     coordinator = Coordinator(History(store), verifier_for=workload_verifier)
     previous = b""
-    if kind == "update":
+    if kind.endswith("update"):
         recover(coordinator, deployment, keys)
         previous = coordinator.get_manifests().latest.transition_hash
     store.armed = True

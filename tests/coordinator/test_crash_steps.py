@@ -15,6 +15,7 @@ death after its head moved leaves a history nobody can open, and the retry is to
 from __future__ import annotations
 
 import itertools
+import re
 import shutil
 import signal
 import subprocess
@@ -36,10 +37,11 @@ from tests.conftest import REPO
 from tests.coordinator.conftest import Deployment
 from tests.coordinator.crash_step_worker import (
     SHARES,
-    UPDATED,
+    first_names,
     load_deployment,
     recover,
     send,
+    updated_names,
 )
 from tests.coordinator.test_crash import write_key
 
@@ -88,7 +90,7 @@ def retry_after_death(
     """The same request on a fresh Coordinator over the dead one's volume, and its state after."""
     previous = transition_hashes(before)[-1] if before else b""
     coordinator = deployment.coordinator()
-    if kind == "update":
+    if kind.endswith("update"):
         assert coordinator.mode is Mode.RECOVERY
         recover(coordinator, deployment, keys)
     elif committed:  # the seed died with the process that made it
@@ -103,7 +105,8 @@ def retry_after_death(
 
     result = send(coordinator, deployment, kind, previous)
 
-    manifest = deployment.manifest(UPDATED) if kind == "update" else deployment.manifest()
+    names = updated_names(kind) if kind.endswith("update") else first_names(kind)
+    manifest = deployment.manifest(names)
     expected = [*before, manifest]
     history = coordinator.get_manifests()
     assert history.manifests == expected, "the head did not move exactly once"
@@ -121,7 +124,15 @@ def retry_after_death(
     mesh_certificate_chains_to(restarted, deployment, result.mesh_ca)
 
 
-@pytest.mark.parametrize("kind", ["first", "update"])
+# The entries of one SetManifest, in order: the policy packs (none when an update's new
+# policies are all in the packs it keeps), the pack index and its pointer, the manifest's chunks
+# when it exceeds one entry, the manifest, the transition, the sealed CA and the head.
+WRITES = re.compile(
+    r"(packs )*policyindexes policysets (chunks )*manifests transitions authorities transitions"
+)
+
+
+@pytest.mark.parametrize("kind", ["first", "update", "large-first", "large-update"])
 def test_a_set_manifest_killed_after_any_write_succeeds_when_retried(
     kind: str, tmp_path: Path, tee_dir: Path, seedshare_key: rsa.RSAPrivateKey
 ) -> None:
@@ -129,15 +140,16 @@ def test_a_set_manifest_killed_after_any_write_succeeds_when_retried(
     keys.mkdir()
     write_key(keys / "owner.pem", ec.generate_private_key(ec.SECP384R1()))
     write_key(keys / "seedshare.pem", seedshare_key)
-    deployment = load_deployment(base, tee_dir, keys)
+    deployment = load_deployment(base, tee_dir, keys, kind)
     before: list[bytes] = []
-    if kind == "update":
+    if kind.endswith("update"):
+        first = deployment.manifest(first_names(kind))
         result = deployment.coordinator().set_manifest(
-            deployment.manifest(), deployment.documents()
+            first, deployment.documents(first_names(kind))
         )
         assert result.seed_shares is not None
         write_atomically(keys / SHARES, result.seed_shares.to_json(), mode=0o600)
-        before = [deployment.manifest()]
+        before = [first]
 
     steps: list[str] = []
     for limit in itertools.count(1):
@@ -155,8 +167,9 @@ def test_a_set_manifest_killed_after_any_write_succeeds_when_retried(
             before,
             committed=writes[-1] == LATEST_KEY,
         )
-    # Every policy document, the manifest, the transition, the sealed CA and the head.
-    kinds = [step.partition("/")[0] for step in steps]
-    assert kinds == [*["policies"] * (len(steps) - 4), "manifests", "transitions", "authorities",
-                     "transitions"], steps  # fmt: skip
+    kinds = " ".join(step.partition("/")[0] for step in steps)
+    assert WRITES.fullmatch(kinds), steps
+    if kind.startswith("large-"):  # a manifest over 1 MiB is chunked, its 10 000 policies packed
+        assert "chunks" in kinds
+        assert kind == "large-update" or kinds.count("packs") >= 2
     assert steps[-1] == LATEST_KEY

@@ -46,7 +46,7 @@ def test_the_program_keeps_its_history_in_configmaps(
         ).stdout
     )
     kinds = {item["metadata"]["labels"][KIND_LABEL] for item in listing["items"]}
-    assert {"manifests", "policies", "transitions"} <= kinds
+    assert {"manifests", "packs", "policyindexes", "policysets", "transitions"} <= kinds
     assert not (tmp_path / "unused").exists()
 
 

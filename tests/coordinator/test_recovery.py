@@ -12,8 +12,9 @@ import pytest
 
 from contrast.coordinator.core import Coordinator, Mode
 from contrast.coordinator.errors import InvalidRequest, StoredStateDamaged
+from contrast.history.history import digest
 from contrast.seed.engine import MAXIMUM_SEED_SIZE, SeedEngine, SeedError
-from tests.coordinator.conftest import Deployment, policy_hash
+from tests.coordinator.conftest import Deployment
 
 
 def set_first(deployment: Deployment) -> tuple[bytes, bytes]:
@@ -57,14 +58,26 @@ def test_a_truncated_history_head_is_named(deployment: Deployment, length: int) 
     assert coordinator.mode is Mode.RECOVERY
 
 
-def policy_file(deployment: Deployment, name: str) -> Path:
-    return deployment.state_dir / "policies" / policy_hash(deployment.policies[name]).hex()
+def active_policy_entry(deployment: Deployment, kind: str) -> Path:
+    """The stored entry of `kind` that holds (or leads to) the active manifest's policies."""
+    (pointer,) = [
+        path
+        for path in (deployment.state_dir / "policysets").iterdir()
+        if path.name == digest(deployment.manifest(("coordinator", "web"))).hex()
+    ]
+    if kind == "policysets":
+        return pointer
+    index = deployment.state_dir / "policyindexes" / pointer.read_bytes().hex()
+    if kind == "policyindexes":
+        return index
+    (pack,) = (deployment.state_dir / "packs").iterdir()
+    return pack
 
 
 @pytest.mark.parametrize("damage", ["deleted", "flipped", "truncated"])
-@pytest.mark.parametrize("name", ["web", "client"])
-def test_recover_refuses_a_damaged_policy_document_naming_the_file(
-    deployment: Deployment, damage: str, name: str
+@pytest.mark.parametrize("kind", ["packs", "policyindexes", "policysets"])
+def test_recover_refuses_a_damaged_policy_entry_naming_it(
+    deployment: Deployment, damage: str, kind: str
 ) -> None:
     coordinator = deployment.coordinator()
     result = coordinator.set_manifest(
@@ -72,10 +85,9 @@ def test_recover_refuses_a_damaged_policy_document_naming_the_file(
         deployment.documents(("coordinator", "web", "client")),
     )
     assert result.seed_shares is not None
-    # The active manifest no longer lists "client": its policy is still referenced by the
-    # history, and GetManifests of the first generation's readers must still be served.
+    # The update keeps the first manifest's pack (two of its three documents are still used).
     deployment.update(coordinator, ("coordinator", "web"))
-    path = policy_file(deployment, name)
+    path = active_policy_entry(deployment, kind)
     if damage == "deleted":
         path.unlink()
     elif damage == "flipped":
@@ -86,8 +98,13 @@ def test_recover_refuses_a_damaged_policy_document_naming_the_file(
         path.write_bytes(path.read_bytes()[:10])
     restart = restarted(deployment)
     seed = result.seed_shares.decrypt(deployment.seedshare)
-    with pytest.raises(StoredStateDamaged, match=f"policies/{path.name}"):
+    # A deleted pointer leaves the documents to be looked up one by one (the layout before
+    # packs), and none is there.
+    named = "policies/" if (kind, damage) == ("policysets", "deleted") else path.name
+    with pytest.raises(StoredStateDamaged) as refused:
         restart.recover(seed, result.seed_shares.salt)
+    if (kind, damage) != ("policysets", "flipped"):  # a flipped pointer names its target
+        assert named in refused.value.explain()
     assert restart.mode is Mode.RECOVERY
 
 

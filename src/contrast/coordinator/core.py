@@ -96,6 +96,9 @@ class ManifestHistory:
     root_ca: bytes
     mesh_ca: bytes
     latest: LatestTransition
+    # What `manifests[0]` follows (ZERO_HASH: the whole history), and the history's length.
+    previous_transition_hash: bytes = ZERO_HASH
+    generation: int = 0
 
 
 @dataclass(frozen=True)
@@ -270,9 +273,9 @@ class Coordinator:
                     f"the stored manifest {transition.manifest_hash.hex()} is not valid:"
                     f" {error.explain()}"
                 ) from None
-            for hash_hex in manifest.policies.keys() - checked:
-                self._history.get_policy(bytes.fromhex(hash_hex))
-                checked.add(hash_hex)
+            unchecked = [bytes.fromhex(h) for h in manifest.policies.keys() - checked]
+            self._history.get_policies(transition.manifest_hash, unchecked)
+            checked.update(manifest.policies)
             manifests.append((data, manifest))
         return manifests
 
@@ -337,8 +340,11 @@ class Coordinator:
                 expected_latest = state.latest
                 previous, generation = state.latest.transition_hash, state.generation + 1
             try:
-                for hash_hex in manifest.policies:
-                    self._history.put_policy(documents[hash_hex])
+                self._history.put_policies(
+                    digest(manifest_bytes),
+                    {bytes.fromhex(h): documents[h] for h in manifest.policies},
+                    follows=None if state is None else digest(state.manifest_bytes),
+                )
                 manifest_hash = self._history.put_manifest(manifest_bytes)
                 transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
                 authority = self._authority_for(seed, transition_hash)
@@ -514,22 +520,39 @@ class Coordinator:
             )
         return unseal(key, transition_hash, sealed, seed.root_ca_key)
 
-    def get_manifests(self) -> ManifestHistory:
+    def get_manifests(self, *, since: bytes = b"") -> ManifestHistory:
+        """The history's manifests, oldest first, and the active manifest's policy documents.
+
+        With `since` (a transition hash the client saw) that the chain contains, only the
+        manifests after it, and at least the active one: the walk stops there, so the cost
+        follows the updates the client missed, not the history's length. Otherwise all of them
+        (the original's answer), so a client whose `since` is missing sees the whole chain.
+        """
         state = self._ready_state()
         try:
-            manifests = self._history.manifests(state.latest.transition_hash)
-            policies = [
-                self._history.get_policy(bytes.fromhex(hash_hex))
-                for hash_hex in state.manifest.policies
-            ]
+            links: list[Transition] = []
+            previous = ZERO_HASH
+            for transition_hash, transition in self._history.walk(state.latest.transition_hash):
+                if since and transition_hash == since and links:
+                    previous = since
+                    break
+                links.append(transition)
+                if since and transition_hash == since:
+                    previous = transition.previous_transition_hash
+                    break
+            manifests = [self._history.get_manifest(t.manifest_hash) for t in reversed(links)]
+            wanted = [bytes.fromhex(h) for h in state.manifest.policies]
+            documents = self._history.get_policies(digest(state.manifest_bytes), wanted)
         except HistoryError as error:
             raise stored_state_error(error) from None
         return ManifestHistory(
             manifests,
-            policies,
+            list(documents.values()),
             state.authority.root_pem,
             state.authority.mesh_ca_pem,
             state.latest,
+            previous_transition_hash=previous,
+            generation=state.generation,
         )
 
     def recover(
@@ -594,15 +617,17 @@ class Coordinator:
             self._recovering = False
 
     def _check_stored_history(self, latest: LatestTransition) -> _StoredHistory:
-        """Read back everything the signed head reaches, so recovery ends with a servable state.
+        """Read back what the signed head serves, so recovery ends with a servable state.
 
-        Every transition, manifest and policy document of the chain must be present and hash to
-        its name (the history checks that on each read), and every manifest must be valid: a
-        Coordinator that left recovery mode with a gap would issue certificates and then fail
-        every GetManifests.
+        Every transition of the chain must be present and hash to its name (the history checks
+        that on each read; 64 bytes each), and the active manifest and every policy document it
+        lists must be, and the manifest must be valid: a Coordinator that left recovery mode with
+        a gap would issue certificates and then fail every GetManifests. Older manifests are
+        re-hashed when a GetManifests reads them (only their bytes are served), so a restart
+        does not read every manifest ever set.
         """
         chain = list(self._history.walk(latest.transition_hash))
-        manifest_bytes, manifest = self._read_manifests([t for _, t in chain])[0]
+        manifest_bytes, manifest = self._read_manifests([chain[0][1]])[0]
         return _StoredHistory(
             chain=[transition_hash for transition_hash, _ in chain],
             manifest=manifest,

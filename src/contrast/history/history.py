@@ -13,7 +13,19 @@ Layout (as the original's `internal/history`):
   alive to hand the mesh CA key over.
 
 No entry may exceed `MAXIMUM_ENTRY_SIZE` (1 MiB, what a ConfigMap holds), in any backend, so a
-history can move between backends.
+history can move between backends. Beyond the original, so that a manifest of 10 000 workloads
+(about 1.9 MB) fits and costs a handful of writes instead of one per policy:
+- a manifest larger than that is stored as `chunks/<sha256>` pieces, each at most 1 MiB, and
+  `manifests/<sha256>` holds `CHUNKED_MAGIC ‖ chunk hashes`; a read joins them and checks the
+  whole against the manifest's name, as for a plain entry;
+- a manifest's policy documents are packed: `packs/<sha256>` → length-prefixed documents (each
+  pack at most 1 MiB), `policyindexes/<sha256>` → `INDEX_MAGIC ‖ (pack hash ‖ count ‖ policy
+  hashes)*` (chunked like a manifest when large), and `policysets/<manifest hash>` → the hash of
+  that index. The pointer is not content-addressed, but everything it reaches is, and every
+  document read is re-hashed against the hash the manifest lists, so an altered pointer can only
+  make a policy missing (an error), never different. An update keeps the packs of the manifest it
+  follows that are still mostly used and packs only the rest. Stores written before packs
+  (`policies/<sha256>`, one per document) are still read.
 
 Entries are written before the head and the head is replaced by compare-and-swap, so a crash at any
 point leaves the old head (plus unreferenced entries, a CA sealed by a seed that died with its
@@ -25,7 +37,7 @@ state.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from cryptography.exceptions import InvalidSignature
@@ -50,7 +62,22 @@ LATEST_KEY = "transitions/latest"
 MAXIMUM_GENERATIONS = 1_000_000
 # The data of one ConfigMap (https://kubernetes.io/docs/concepts/configuration/configmap/).
 MAXIMUM_ENTRY_SIZE = 1024 * 1024
-KINDS = ("manifests", "policies", "transitions", "authorities")
+KINDS = (
+    "manifests",
+    "policies",
+    "transitions",
+    "authorities",
+    "chunks",
+    "packs",
+    "policyindexes",
+    "policysets",
+)
+CHUNKED_MAGIC = b"contrast-chunked-v1\n"
+INDEX_MAGIC = b"contrast-policy-index-v1\n"
+# What a chunked entry may hold in all: far above 10 000 workloads, far below the memory of a
+# Coordinator; an index naming more chunks than this is refused before any is read.
+MAXIMUM_CHUNKED_SIZE = 256 * 1024 * 1024
+_LENGTH = 4
 
 
 def check_size(what: str, data: bytes) -> None:
@@ -131,18 +158,30 @@ def _authority_key(transition_hash: bytes, sealer: bytes) -> str:
     return f"authorities/{transition_hash.hex()}-{sealer.hex()}"
 
 
-def transition_hashes(manifests: list[bytes]) -> list[bytes]:
+def transition_hashes(manifests: list[bytes], *, start: bytes = ZERO_HASH) -> list[bytes]:
     """The transition hashes of the history that holds `manifests` (oldest first), in order.
 
     A client that got the manifests (GetManifests) recomputes the chain with this, to check it
-    against the head the Coordinator reports and against the one it saw before.
+    against the head the Coordinator reports and against the one it saw before; `start` is the
+    transition the first of them follows, for a GetManifests answered from a known transition on.
     """
     chain: list[bytes] = []
-    previous = ZERO_HASH
+    previous = start
     for manifest in manifests:
         previous = Transition(digest(manifest), previous).digest
         chain.append(previous)
     return chain
+
+
+def _unpack(data: bytes, name: bytes) -> Iterator[bytes]:
+    """The documents of a pack, in order; a length past its end is damage."""
+    at = 0
+    while at < len(data):
+        end = at + _LENGTH + int.from_bytes(data[at : at + _LENGTH], "big")
+        if end > len(data):
+            raise DamagedEntry(f"the policy pack {name.hex()} is truncated")
+        yield data[at + _LENGTH : end]
+        at = end
 
 
 class History:
@@ -156,6 +195,54 @@ class History:
         name = digest(data)
         self.store.put(f"{kind}/{name.hex()}", data)
         return name
+
+    def _put_chunked(self, kind: str, data: bytes) -> bytes:
+        """`data` at `<kind>/<its hash>`, split into `chunks/` when larger than one entry."""
+        if len(data) <= MAXIMUM_ENTRY_SIZE:
+            return self._put_addressed(kind, data)
+        if len(data) > MAXIMUM_CHUNKED_SIZE:
+            raise EntryTooLarge(
+                f"the {kind.removesuffix('s')} is {len(data)} bytes; the history holds at most"
+                f" {MAXIMUM_CHUNKED_SIZE}"
+            )
+        hashes = [
+            self._put_addressed("chunks", data[start : start + MAXIMUM_ENTRY_SIZE])
+            for start in range(0, len(data), MAXIMUM_ENTRY_SIZE)
+        ]
+        name = digest(data)
+        self.store.put(f"{kind}/{name.hex()}", CHUNKED_MAGIC + b"".join(hashes))
+        return name
+
+    def _get_chunked(self, kind: str, name: bytes) -> bytes:
+        """The entry `_put_chunked` wrote, joined and checked against `name` as a whole."""
+        key = f"{kind}/{name.hex()}"
+        data = self.store.get(key)
+        if data is None:
+            raise DamagedEntry(
+                f"the history has no entry {self.store.describe(key)}",
+                hint="the store is incomplete",
+            )
+        if digest(data) == name:
+            return data
+        hashes = data[len(CHUNKED_MAGIC) :]
+        if (
+            not data.startswith(CHUNKED_MAGIC)
+            or len(hashes) % HASH_SIZE
+            or len(hashes) // HASH_SIZE > MAXIMUM_CHUNKED_SIZE // MAXIMUM_ENTRY_SIZE
+        ):
+            raise HashMismatch(
+                f"{self.store.describe(key)} does not hash to its name: the store was tampered with"
+            )
+        joined = b"".join(
+            self._get_addressed("chunks", hashes[i : i + HASH_SIZE])
+            for i in range(0, len(hashes), HASH_SIZE)
+        )
+        if digest(joined) != name:
+            raise HashMismatch(
+                f"the chunks of {self.store.describe(key)} do not hash to its name: the store was"
+                " tampered with"
+            )
+        return joined
 
     def _get_addressed(self, kind: str, name: bytes) -> bytes:
         key = f"{kind}/{name.hex()}"
@@ -172,10 +259,112 @@ class History:
         return data
 
     def put_manifest(self, manifest: bytes) -> bytes:
-        return self._put_addressed("manifests", manifest)
+        return self._put_chunked("manifests", manifest)
 
     def get_manifest(self, manifest_hash: bytes) -> bytes:
-        return self._get_addressed("manifests", manifest_hash)
+        return self._get_chunked("manifests", manifest_hash)
+
+    def put_policies(
+        self,
+        manifest_hash: bytes,
+        documents: Mapping[bytes, bytes],
+        *,
+        follows: bytes | None = None,
+    ) -> None:
+        """Store the policy documents (by hash) of the manifest `manifest_hash`, packed.
+
+        `follows` names the manifest this one replaces: its packs that are at least half used by
+        this manifest are kept as they are, so an update that changes a few workloads writes a
+        pack of those few, not all 10 000 again.
+        """
+        index: list[tuple[bytes, list[bytes]]] = []
+        covered: set[bytes] = set()
+        if follows is not None:
+            for pack_hash, members in self._index_of(follows) or []:
+                used = [h for h in members if h in documents]
+                if 2 * len(used) >= len(members):
+                    index.append((pack_hash, members))
+                    covered.update(used)
+        pack: list[bytes] = []
+        size = 0
+
+        def flush() -> None:
+            data = b"".join(len(documents[h]).to_bytes(_LENGTH, "big") + documents[h] for h in pack)
+            index.append((self._put_addressed("packs", data), list(pack)))
+
+        for policy_hash, document in documents.items():
+            if policy_hash in covered:
+                continue
+            check_size("policy", document)
+            if pack and size + _LENGTH + len(document) > MAXIMUM_ENTRY_SIZE:
+                flush()
+                pack, size = [], 0
+            pack.append(policy_hash)
+            size += _LENGTH + len(document)
+        if pack:
+            flush()
+        encoded = INDEX_MAGIC + b"".join(
+            pack_hash + len(members).to_bytes(_LENGTH, "big") + b"".join(members)
+            for pack_hash, members in index
+        )
+        index_hash = self._put_chunked("policyindexes", encoded)
+        self.store.put(f"policysets/{manifest_hash.hex()}", index_hash)
+
+    def _index_of(self, manifest_hash: bytes) -> list[tuple[bytes, list[bytes]]] | None:
+        """The packs holding a manifest's policies and what each holds; None: stored unpacked."""
+        key = f"policysets/{manifest_hash.hex()}"
+        pointer = self.store.get(key)
+        if pointer is None:
+            return None
+        if len(pointer) != HASH_SIZE:
+            raise DamagedEntry(f"{self.store.describe(key)} is not a hash ({len(pointer)} bytes)")
+        data = self._get_chunked("policyindexes", pointer)
+        if not data.startswith(INDEX_MAGIC):
+            raise DamagedEntry(f"the policy index {pointer.hex()} is not one")
+        index: list[tuple[bytes, list[bytes]]] = []
+        view, at = memoryview(data), len(INDEX_MAGIC)
+        while at < len(data):
+            head = at + HASH_SIZE + _LENGTH
+            if head > len(data):
+                raise DamagedEntry(f"the policy index {pointer.hex()} is truncated")
+            count = int.from_bytes(view[at + HASH_SIZE : head], "big")
+            end = head + count * HASH_SIZE
+            if end > len(data):
+                raise DamagedEntry(f"the policy index {pointer.hex()} is truncated")
+            members = [bytes(view[i : i + HASH_SIZE]) for i in range(head, end, HASH_SIZE)]
+            index.append((bytes(view[at : at + HASH_SIZE]), members))
+            at = end
+        return index
+
+    def get_policies(self, manifest_hash: bytes, wanted: Iterable[bytes]) -> dict[bytes, bytes]:
+        """The documents `wanted` (policy hashes) of the manifest `manifest_hash`, each re-hashed.
+
+        A document the packs lack, or one whose bytes do not hash to its name, is an error naming
+        it; a manifest stored before packs existed has its documents read one by one.
+        """
+        wanted = list(wanted)
+        index = self._index_of(manifest_hash)
+        if index is None:
+            return {h: self.get_policy(h) for h in wanted}
+        missing = set(wanted)
+        found: dict[bytes, bytes] = {}
+        for pack_hash, members in index:
+            if missing.isdisjoint(members):
+                continue
+            for document in _unpack(self._get_addressed("packs", pack_hash), pack_hash):
+                name = digest(document)
+                if name in missing:
+                    found[name] = document
+                    missing.discard(name)
+        if missing:
+            first = min(missing).hex()
+            raise DamagedEntry(
+                f"the history has no policy {first} of manifest {manifest_hash.hex()}"
+                f" ({len(missing)} missing; policy set"
+                f" {self.store.describe(f'policysets/{manifest_hash.hex()}')})",
+                hint="the store is incomplete",
+            )
+        return {h: found[h] for h in wanted}
 
     def put_policy(self, policy: bytes) -> bytes:
         return self._put_addressed("policies", policy)

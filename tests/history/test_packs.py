@@ -1,0 +1,187 @@
+"""Entries beyond one object: chunked manifests and packed policy documents, on every backend.
+
+A manifest over `MAXIMUM_ENTRY_SIZE` is stored as chunks under an index, and read back only if
+the joined bytes hash to its name; a manifest's policy documents are packed, found through a
+pointer, and each re-hashed against the hash asked for. Stores written before packs (one entry
+per document) are still read.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from contrast.history.errors import DamagedEntry, EntryTooLarge, HashMismatch
+from contrast.history.history import (
+    CHUNKED_MAGIC,
+    MAXIMUM_CHUNKED_SIZE,
+    MAXIMUM_ENTRY_SIZE,
+    History,
+    digest,
+)
+from contrast.history.store import MemoryStore, Store
+from tests.kube.backends import StoreFactory, new_store
+
+__all__ = ["new_store"]
+
+ONE = "policysets/" + "01" * 32  # the pointer of the manifest b"\x01" * 32
+
+
+def documents(count: int, size: int = 300) -> dict[bytes, bytes]:
+    texts = [b"%d:" % index + os.urandom(size) for index in range(count)]
+    return {digest(text): text for text in texts}
+
+
+def entries(store: Store, kind: str) -> list[bytes]:
+    return [store.get(f"{kind}/{name}") or b"" for name in store.names(kind)]
+
+
+def test_a_manifest_over_one_entry_is_chunked_and_read_back(new_store: StoreFactory) -> None:
+    store = new_store()
+    history = History(store)
+    manifest = os.urandom(2 * MAXIMUM_ENTRY_SIZE + 5)
+    name = history.put_manifest(manifest)
+    assert name == digest(manifest)
+    assert sorted(map(len, entries(store, "chunks"))) == [5, MAXIMUM_ENTRY_SIZE, MAXIMUM_ENTRY_SIZE]
+    assert History(new_store()).get_manifest(name) == manifest
+    small = b"{}"
+    assert history.get_manifest(history.put_manifest(small)) == small
+    assert store.get(f"manifests/{digest(small).hex()}") == small  # as the original's layout
+
+
+def test_an_altered_chunk_or_index_is_refused() -> None:
+    store = MemoryStore()
+    history = History(store)
+    manifest = os.urandom(MAXIMUM_ENTRY_SIZE + 100)
+    name = history.put_manifest(manifest)
+    index_key = f"manifests/{name.hex()}"
+    index = store.entries[index_key]
+    # Two chunks swapped: each hashes to its own name, the whole does not.
+    first, second = index[len(CHUNKED_MAGIC) :][:32], index[len(CHUNKED_MAGIC) :][32:]
+    store.entries[index_key] = CHUNKED_MAGIC + second + first
+    with pytest.raises(HashMismatch, match="chunks of"):
+        history.get_manifest(name)
+    store.entries[index_key] = CHUNKED_MAGIC + first  # one chunk left out
+    with pytest.raises(HashMismatch, match="chunks of"):
+        history.get_manifest(name)
+    store.entries[index_key] = CHUNKED_MAGIC + first + second[:31]
+    with pytest.raises(HashMismatch, match="tampered"):
+        history.get_manifest(name)
+    store.entries[index_key] = CHUNKED_MAGIC + first * (MAXIMUM_CHUNKED_SIZE // 2**20 + 1)
+    with pytest.raises(HashMismatch, match="tampered"):  # bounded before any chunk is read
+        history.get_manifest(name)
+    store.entries[index_key] = index
+    chunk = f"chunks/{first.hex()}"
+    store.entries[chunk] = store.entries[chunk][:-1] + b"x"
+    with pytest.raises(HashMismatch, match=chunk):
+        history.get_manifest(name)
+    del store.entries[chunk]
+    with pytest.raises(DamagedEntry, match=f"no entry {chunk}"):
+        history.get_manifest(name)
+
+
+def test_a_manifest_beyond_the_chunked_bound_is_refused_before_writing() -> None:
+    store = MemoryStore()
+    with pytest.raises(EntryTooLarge, match="at most"):
+        History(store).put_manifest(bytes(MAXIMUM_CHUNKED_SIZE + 1))
+    assert store.entries == {}
+
+
+def test_policies_are_packed_and_an_update_keeps_the_packs_it_mostly_uses(
+    new_store: StoreFactory,
+) -> None:
+    store = new_store()
+    history = History(store)
+    first = documents(10_000)
+    history.put_policies(b"\x01" * 32, first)
+    packs = entries(store, "packs")
+    assert len(packs) == 3
+    assert max(map(len, packs)) <= MAXIMUM_ENTRY_SIZE
+    reader = History(new_store())
+    assert reader.get_policies(b"\x01" * 32, first) == first
+    some = list(first)[::7]
+    assert reader.get_policies(b"\x01" * 32, some) == {h: first[h] for h in some}
+
+    # One document added, one removed: every pack is still mostly used, one new pack of one.
+    updated = dict(list(first.items())[1:]) | documents(1)
+    history.put_policies(b"\x02" * 32, updated, follows=b"\x01" * 32)
+    assert len(entries(store, "packs")) == 4
+    assert reader.get_policies(b"\x02" * 32, updated) == updated
+    # Most documents replaced: the packs are written anew, not kept for the few still used.
+    replaced = dict(list(first.items())[:100]) | documents(9_000)
+    history.put_policies(b"\x03" * 32, replaced, follows=b"\x02" * 32)
+    assert reader.get_policies(b"\x03" * 32, replaced) == replaced
+    assert reader.get_policies(b"\x03" * 32, []) == {}
+
+
+def test_a_document_the_packs_lack_or_that_was_altered_is_refused() -> None:
+    store = MemoryStore()
+    history = History(store)
+    docs = documents(3)
+    history.put_policies(b"\x01" * 32, docs)
+    other = documents(1)
+    with pytest.raises(DamagedEntry, match="no policy"):
+        history.get_policies(b"\x01" * 32, [*docs, *other])
+    (pack_key,) = [key for key in store.entries if key.startswith("packs/")]
+    pack = store.entries[pack_key]
+    store.entries[pack_key] = pack[:-1] + bytes([pack[-1] ^ 1])
+    with pytest.raises(HashMismatch, match=pack_key):
+        history.get_policies(b"\x01" * 32, docs)
+    # A pack rewritten consistently (its name its new hash) with one document altered: the
+    # pointer is replaced by an attacker with an index naming it; the document's hash differs.
+    altered = dict(docs)
+    first = next(iter(altered))
+    altered[first] = altered[first] + b"!"
+    store.entries[pack_key] = pack
+    history.put_policies(b"\x09" * 32, altered)
+    pointer = store.entries["policysets/" + "09" * 32]
+    store.entries[ONE] = pointer
+    with pytest.raises(DamagedEntry, match="no policy"):
+        history.get_policies(b"\x01" * 32, docs)
+
+
+@pytest.mark.parametrize("pointer", [b"", b"\x00" * 31, b"\x00" * 33])
+def test_a_pointer_that_is_no_hash_is_damage(pointer: bytes) -> None:
+    store = MemoryStore()
+    history = History(store)
+    history.put_policies(b"\x01" * 32, documents(2))
+    store.entries[ONE] = pointer
+    with pytest.raises(DamagedEntry, match="not a hash"):
+        history.get_policies(b"\x01" * 32, [])
+
+
+@pytest.mark.parametrize("cut", [1, 10, 40])
+def test_a_truncated_index_or_pack_is_damage(cut: int) -> None:
+    store = MemoryStore()
+    history = History(store)
+    docs = documents(2)
+    history.put_policies(b"\x01" * 32, docs)
+    # Rewritten under their new hashes, so that only the framing is wrong.
+    (pack_key,) = [key for key in store.entries if key.startswith("packs/")]
+    short_pack = store.entries[pack_key][:-cut]
+    store.entries[f"packs/{digest(short_pack).hex()}"] = short_pack
+    (index_key,) = [key for key in store.entries if key.startswith("policyindexes/")]
+    index = store.entries[index_key].replace(bytes.fromhex(pack_key[6:]), digest(short_pack))
+    store.entries[f"policyindexes/{digest(index).hex()}"] = index
+    store.entries[ONE] = digest(index)
+    with pytest.raises(DamagedEntry, match=r"truncated|no policy"):
+        history.get_policies(b"\x01" * 32, docs)
+    short_index = index[:-cut]
+    store.entries[f"policyindexes/{digest(short_index).hex()}"] = short_index
+    store.entries[ONE] = digest(short_index)
+    with pytest.raises(DamagedEntry, match="truncated"):
+        history.get_policies(b"\x01" * 32, docs)
+
+
+def test_documents_stored_one_by_one_before_packs_are_still_read() -> None:
+    store = MemoryStore()
+    history = History(store)
+    docs = documents(3)
+    for document in docs.values():
+        history.put_policy(document)
+    assert history.get_policies(b"\x01" * 32, docs) == docs
+    # And an update after such a manifest packs everything it lists.
+    history.put_policies(b"\x02" * 32, docs, follows=b"\x01" * 32)
+    assert history.get_policies(b"\x02" * 32, docs) == docs
+    assert len([key for key in store.entries if key.startswith("packs/")]) == 1
