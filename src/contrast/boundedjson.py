@@ -7,7 +7,7 @@ read whole. `load` checks the size, then the depth with a scan that costs a few 
 which Python accepts and every other JSON reader refuses, are refused too.
 
 The limits of each kind of document are next to its reader (`MANIFEST_LIMITS` in
-`contrast.manifest.limits`, ...), so each can say why it is what it is.
+`contrast.manifest.model`, ...), so each can say why it is what it is.
 """
 
 from __future__ import annotations

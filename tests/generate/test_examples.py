@@ -86,9 +86,7 @@ def test_multi_runtime(workspace: GenerateWorkspace, capsys: pytest.CaptureFixtu
     )
     assert manifest.policies[hashes["migrate"]].sans == ("migrate", "*")
     assert manifest.coordinator_policy_hashes == [coordinator]
-    platforms = {e["Platform"] for e in manifest.reference_values.snp} | {
-        e["Platform"] for e in manifest.reference_values.tdx
-    }
+    platforms = {entry.platform for entry in manifest.reference_values.entries}
     assert platforms == {"Metal-QEMU-SNP", "Metal-QEMU-TDX"}
 
     out = capsys.readouterr().out

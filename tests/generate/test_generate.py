@@ -364,7 +364,7 @@ def test_generate_leaves_no_stray_files(workspace: GenerateWorkspace) -> None:
         ({"ReferenceValues": {"sev": [{}]}}, "ReferenceValues.sev"),
         ({"Policies": ["web"]}, "Policies"),
         ({"WorkloadOwnerKeyDigests": "ab"}, "WorkloadOwnerKeyDigests"),
-        ("[1, 2]", "not a JSON object"),
+        ("[1, 2]", "invalid manifest: not a JSON object"),
         ('{"Policies": ', "is not JSON"),
         ("[" * 100_000 + "]" * 100_000, "nests deeper"),
     ],

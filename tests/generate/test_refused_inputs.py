@@ -118,7 +118,7 @@ CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "broken settings": (_write("settings.json", b'{"cluster_config": '), "settings.json"),
     "not a manifest": (
         _write("manifest.json", b"[]\n"),
-        "manifest.json is not a JSON object",
+        "manifest.json: invalid manifest: not a JSON object",
     ),
     "threshold above the owners": (
         _arguments("--seedshare-threshold", "2"),

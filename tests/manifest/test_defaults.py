@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +25,9 @@ from contrast.manifest.defaults import (
     missing_value_notes,
     snp_reference_values,
     tdx_reference_values,
-    unfilled_values,
     update_embedded,
 )
-from contrast.manifest.model import Manifest
+from contrast.manifest.model import Manifest, ReferenceValues, SnpEntry, TdxEntry
 from contrast.platforms import PLATFORMS, Platform, Tee, by_name
 from tests.attestation.tdx.test_measure import _firmware, _pe
 from tests.conftest import ATTESTATION_DATA, require_shared
@@ -67,12 +67,15 @@ def _built(platform: Platform, snp_image: GuestImage) -> list[dict[str, Any]]:
     return tdx_reference_values(platform, measured)
 
 
+def _unfilled(values: dict[str, Any]) -> list[str]:
+    return ReferenceValues.from_json(values).unfilled()
+
+
 def _accepted(values: dict[str, list[dict[str, Any]]]) -> verifier.ManifestVerifier:
     """Parse the entries the way the Coordinator and the CLI do (a ManifestError if refused)."""
     coordinator = {"SANs": ["coordinator"], "Role": "coordinator"}
-    manifest = Manifest.model_validate(
-        {"Policies": {"ab" * 32: coordinator}, "ReferenceValues": values}
-    )
+    document = {"Policies": {"ab" * 32: coordinator}, "ReferenceValues": values}
+    manifest = Manifest.from_bytes(json.dumps(document).encode())
     return verifier.workload_verifier(manifest)
 
 
@@ -126,7 +129,7 @@ def test_snp_entries_pin_digests_and_policy(platform: Platform, snp_image: Guest
     assert not any(policy[key] for key in ("Debug", "MigrateMA", "SingleSocket", "CXLAllowed"))
     assert entries[0]["PlatformInfo"]["SMTEnabled"] is True
     assert entries[0]["PlatformInfo"]["TSMEEnabled"] is False
-    parsed = verifier._snp_entry(entries[0], 0)
+    parsed = verifier._snp_entry(SnpEntry.from_json(entries[0], "snp[0]"))
     assert parsed.product is Product.MILAN
     assert not parsed.reference.allow_debug
 
@@ -158,11 +161,11 @@ def test_tdx_entry_pins_mrtd_and_rtmrs(platform: Platform) -> None:
     assert entry["Rtmrs"][0] == RTMR0.hex()
     assert entry["Rtmrs"][3] == "00" * 48
     assert entry["Xfam"] == "e702060000000000"
-    parsed = verifier._tdx_entry(entry, 0)
+    parsed = verifier._tdx_entry(TdxEntry.from_json(entry, "tdx[0]"))
     assert parsed.reference.td_attributes == (1 << 28).to_bytes(8, "little")
     assert not parsed.reference.emulated
     assert missing_value_notes(platform, [entry]) == missing_value_notes(platform)
-    assert unfilled_values({"tdx": [entry]}) == [f"tdx[0] ({platform.display_name}) MrSeam"]
+    assert _unfilled({"tdx": [entry]}) == [f"tdx[0] ({platform.display_name}) MrSeam"]
 
 
 @pytest.mark.parametrize("platform", TDX, ids=lambda p: p.name)
@@ -175,13 +178,13 @@ def test_tdx_rtmr0_without_a_known_good_boot_is_an_operator_value(platform: Plat
     notes = missing_value_notes(platform, [entry])
     assert len(notes) == 2
     assert "Rtmrs[0] (RTMR0) is expected missing" in notes[1]
-    assert unfilled_values({"tdx": [entry]}) == [
+    assert _unfilled({"tdx": [entry]}) == [
         f"tdx[0] ({platform.display_name}) MrSeam",
         f"tdx[0] ({platform.display_name}) Rtmrs[0]",
     ]
     _accepted({"tdx": [entry]})  # a valid entry: RTMR0 unchecked until the operator sets it
     filled = {**entry, "MrSeam": "ab" * 48, "Rtmrs": [RTMR0.hex(), *entry["Rtmrs"][1:]]}
-    assert unfilled_values({"tdx": [filled]}) == []
+    assert _unfilled({"tdx": [filled]}) == []
 
 
 @pytest.mark.parametrize("platform", REAL, ids=lambda p: p.name)

@@ -27,7 +27,9 @@ def document() -> dict[str, Any]:
             },
             WORKLOAD_HASH: {"SANs": ["web", "*"], "WorkloadSecretID": "apps/v1/Deployment/x/web"},
         },
-        "ReferenceValues": {"snp": [{"Platform": "Emulated-SNP"}]},
+        "ReferenceValues": {
+            "snp": [{"Platform": "Metal-QEMU-SNP", "TrustedMeasurement": "00" * 48}]
+        },
         "WorkloadOwnerKeyDigests": ["01" * 32],
         "SeedshareOwnerPubKeys": [public_key_hex(seedshare)],
     }
@@ -66,7 +68,7 @@ def test_round_trip_keeps_the_original_field_names() -> None:
         (lambda d: d.update({"WorkloadOwnerKeyDigests": ["xyz"]}), "WorkloadOwnerKeyDigests"),
         (lambda d: d.update({"SeedshareOwnerPubKeys": ["00"]}), "SeedshareOwnerPubKeys"),
         (lambda d: d.update({"Unknown": 1}), "Unknown: "),
-        (lambda d: d.pop("Policies"), "Policies: Field required"),
+        (lambda d: d.pop("Policies"), "Policies: required"),
     ],
 )
 def test_invalid_manifests_name_the_field(change: Any, message: str) -> None:
@@ -93,3 +95,76 @@ def test_a_seedshare_threshold_above_one_is_kept() -> None:
     manifest = load({**document(), "SeedshareOwnerPubKeys": owners, "SeedshareThreshold": 2})
     assert json.loads(manifest.to_bytes())["SeedshareThreshold"] == 2
     assert Manifest.from_bytes(manifest.to_bytes()) == manifest
+
+
+REAL_SNP = {"Platform": "Metal-QEMU-SNP", "TrustedMeasurement": "00" * 48}
+ROOTS = {"ARK": "-----BEGIN CERTIFICATE-----", "ASK": "-----BEGIN CERTIFICATE-----"}
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        # A misspelt rule would be no rule: refused when the manifest is read, not at first use.
+        ({"snp": [{**REAL_SNP, "MinimumTcb": {}}]}, r"snp\[0\]: unknown SNP .*MinimumTcb"),
+        ({"snp": [REAL_SNP, {**REAL_SNP, "VMPL": 7}]}, r"snp\[1\]: VMPL must be 0..3"),
+        ({"snp": [{"Platform": "Emulated-SNP"}]}, "needs TrustedRoots ARK and ASK"),
+        ({"snp": [{**REAL_SNP, "TrustedRoots": ROOTS}]}, "only Emulated-SNP entries may name"),
+        ({"tdx": [{"Platform": "Metal-QEMU-TDX", "MrTd": "00" * 48, "Emulated": True}]},
+         "only Emulated-TDX entries may be emulated"),
+        ({"tdx": [{"Platform": "Emulated-TDX", "MrTd": "00" * 48, "TrustedRoots": {"RootCA": ""}}]},
+         'must say "Emulated": true'),
+        ({"snp": [REAL_SNP], "sev": []}, "ReferenceValues.sev: not a field"),
+        ({"snp": [{**REAL_SNP, "Platform": 1}]}, r"snp\[0\].Platform: must be a string"),
+    ],
+)  # fmt: skip
+def test_reference_values_are_typed_when_read(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(ManifestError, match=message):
+        load({**document(), "ReferenceValues": values})
+
+
+@pytest.mark.parametrize(
+    ("policy", "message"),
+    [
+        ({"SANs": "web"}, "SANs: must be a list of strings"),
+        ({"SANs": ["web", 1]}, "SANs: must be a list of strings"),
+        ({"SANs": [], "WorkloadSecretID": 5}, "WorkloadSecretID: must be a string"),
+        ({"SANs": [], "Roles": ""}, "Roles: not a field of the manifest"),
+        ({"WorkloadSecretID": "x"}, "SANs: required"),
+        (["web"], "must be an object"),
+    ],
+)
+def test_policy_entries_are_checked(policy: Any, message: str) -> None:
+    value = document()
+    value["Policies"][WORKLOAD_HASH] = policy
+    with pytest.raises(ManifestError, match=f"Policies.{WORKLOAD_HASH}.*{message}"):
+        load(value)
+
+
+@pytest.mark.parametrize("threshold", [True, 1.0, "1", None])
+def test_a_threshold_is_a_whole_number(threshold: Any) -> None:
+    with pytest.raises(ManifestError, match="SeedshareThreshold: must be a whole number"):
+        load({**document(), "SeedshareThreshold": threshold})
+
+
+def test_a_draft_may_hold_only_reference_values_and_the_unfilled_come_from_the_type() -> None:
+    entry = {**REAL_SNP, "MinimumTCB": {"BootloaderVersion": None, "TEEVersion": 3}}
+    data = json.dumps({"ReferenceValues": {"snp": [entry]}}).encode()
+    with pytest.raises(ManifestError, match="Policies: required"):
+        Manifest.from_bytes(data)
+    draft = Manifest.from_bytes(data, draft=True)
+    assert draft.reference_values.unfilled() == [
+        "snp[0] (Metal-QEMU-SNP) MinimumTCB.BootloaderVersion"
+    ]
+    assert draft.reference_values.snp[0].reference.minimum_tcb.tee == 3
+
+
+def test_json_that_orjson_refuses_is_read_as_json_reads_it() -> None:
+    # A lone surrogate escape: orjson refuses it, json (and so the manifest, as before) reads it.
+    value = document()
+    value["Policies"][WORKLOAD_HASH]["SANs"] = ["\ud800"]
+    manifest = Manifest.from_bytes(json.dumps(value).encode())
+    assert manifest.policies[WORKLOAD_HASH].sans == ("\ud800",)
+    with pytest.raises(ManifestError, match="nests deeper than 32"):
+        Manifest.from_bytes(b"[" * 40 + b"\xff")
+    with pytest.raises(ManifestError, match="NaN is not a JSON value"):
+        Manifest.from_bytes(b'{"SeedshareThreshold": NaN}')

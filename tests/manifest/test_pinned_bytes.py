@@ -24,6 +24,7 @@ from contrast.generate import manifest as generated
 from contrast.generate.keys import OwnerKeys
 from contrast.manifest.defaults import snp_reference_values, tdx_reference_values
 from contrast.manifest.emulated import emulated_snp_reference_values, emulated_tdx_reference_values
+from contrast.manifest.model import Manifest, ReferenceValues
 from contrast.platforms import by_name
 from tests.attestation.tdx.test_measure import _pe
 from tests.manifest.test_defaults import OVMF, RTMR0, _tdx_firmware
@@ -66,10 +67,10 @@ def _reference_values(tmp_path: Path) -> dict[str, list[dict[str, Any]]]:
 def _written(tmp_path: Path, threshold: int) -> bytes:
     values = _reference_values(tmp_path)
     keys = OwnerKeys(WORKLOAD_OWNERS, SEEDSHARE_KEYS)
-    document = generated.manifest_document(
-        _identities(), values, keys, seedshare_threshold=threshold
+    manifest = generated.manifest(
+        _identities(), ReferenceValues.from_json(values), keys, seedshare_threshold=threshold
     )
-    return generated.to_bytes(document)
+    return manifest.to_bytes()
 
 
 def _placeholders(tmp_path: Path) -> dict[str, str]:
@@ -93,3 +94,24 @@ def test_generate_writes_the_pinned_bytes(tmp_path: Path, threshold: int) -> Non
     for placeholder, pem in _placeholders(tmp_path).items():
         expected = expected.replace(placeholder, pem)
     assert written == expected.encode()
+
+
+@pytest.mark.parametrize("threshold", [1, 2])
+def test_a_read_manifest_is_written_back_byte_for_byte(tmp_path: Path, threshold: int) -> None:
+    written = _written(tmp_path, threshold)
+    manifest = Manifest.from_bytes(written)
+    assert manifest.to_bytes() == written
+    assert manifest.seedshare_threshold == threshold
+    assert manifest.reference_values.unfilled() == [
+        *(
+            f"snp[{i}] (Metal-QEMU-SNP) MinimumTCB.{name}"
+            for i in (0, 1)
+            for name in ("BootloaderVersion", "TEEVersion", "SNPVersion", "MicrocodeVersion")
+        ),
+        "tdx[0] (Metal-QEMU-TDX) MrSeam",
+        "tdx[1] (Metal-QEMU-TDX) MrSeam",
+        "tdx[1] (Metal-QEMU-TDX) Rtmrs[0]",
+    ]
+    assert [entry.emulated for entry in manifest.reference_values.entries] == [
+        False, False, True, False, False, True
+    ]  # fmt: skip

@@ -2,21 +2,21 @@
 
 An existing manifest is the starting point, so that reference values an operator filled in
 (bare-metal TCB, chip ids) survive a re-run; only platforms that have no entry yet get defaults,
-and the policies are recomputed from the resources every time.
+and the policies are recomputed from the resources every time. The manifest is the one type of
+`contrast.manifest.model`, which also writes it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from contrast.generate.errors import GenerateError
 from contrast.generate.keys import OwnerKeys
+from contrast.manifest.model import Manifest, PolicyEntry, ReferenceValues, Role
 from contrast.platforms import Platform
 
-ReferenceProvider = Callable[[Platform], tuple[Mapping[str, list[dict[str, Any]]], list[str]]]
+ReferenceProvider = Callable[[Platform], tuple[ReferenceValues, list[str]]]
 
 
 @dataclass(frozen=True)
@@ -28,16 +28,12 @@ class WorkloadIdentity:
     source: str  # "file: Kind/name", for messages
 
 
-def policies(identities: Sequence[WorkloadIdentity]) -> dict[str, dict[str, Any]]:
+def policies(identities: Sequence[WorkloadIdentity]) -> dict[str, PolicyEntry]:
     """`Policies`: one entry per policy hash; two different workloads with one hash are refused."""
-    entries: dict[str, dict[str, Any]] = {}
+    entries: dict[str, PolicyEntry] = {}
     owners: dict[str, WorkloadIdentity] = {}
     for identity in identities:
-        entry: dict[str, Any] = {"SANs": [identity.name, "*"]}
-        if identity.workload_secret_id:
-            entry["WorkloadSecretID"] = identity.workload_secret_id
-        if identity.role:
-            entry["Role"] = identity.role
+        entry = PolicyEntry((identity.name, "*"), identity.workload_secret_id, _role(identity))
         previous = owners.get(identity.policy_hash)
         if previous is not None and entries[identity.policy_hash] != entry:
             raise GenerateError(
@@ -51,51 +47,48 @@ def policies(identities: Sequence[WorkloadIdentity]) -> dict[str, dict[str, Any]
     return dict(sorted(entries.items()))
 
 
+def _role(identity: WorkloadIdentity) -> Role:
+    try:
+        return Role(identity.role)
+    except ValueError:
+        # Before, such a manifest was written and only `contrast set` refused it.
+        raise GenerateError(
+            f"{identity.source}: pod-role {identity.role!r} is not a role in the manifest",
+            hint=f'a confidential pod has no pod-role or "{Role.COORDINATOR}"',
+        ) from None
+
+
 def reference_values(
-    existing: Mapping[str, Any],
+    existing: ReferenceValues,
     platforms: Sequence[Platform],
     provider: ReferenceProvider,
-) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
+) -> tuple[ReferenceValues, list[str]]:
     """Existing entries kept; platforms without an entry get the provider's defaults."""
-    result: dict[str, list[dict[str, Any]]] = {
-        kind: [dict(entry) for entry in existing.get(kind, [])] for kind in ("snp", "tdx")
-    }
-    present = {
-        str(entry.get("Platform", "")).lower() for entries in result.values() for entry in entries
-    }
+    snp, tdx = list(existing.snp), list(existing.tdx)
+    present = {entry.platform.lower() for entry in existing.entries}
     missing: list[str] = []
     for platform in platforms:
         if platform.display_name.lower() in present:
             continue
         values, notes = provider(platform)
-        for kind, entries in values.items():
-            result.setdefault(kind, []).extend(entries)
+        snp.extend(values.snp)
+        tdx.extend(values.tdx)
         missing.extend(notes)
-    return {kind: entries for kind, entries in result.items() if entries}, missing
+    return ReferenceValues(tuple(snp), tuple(tdx)), missing
 
 
-def manifest_document(
+def manifest(
     identities: Sequence[WorkloadIdentity],
-    values: Mapping[str, list[dict[str, Any]]],
+    values: ReferenceValues,
     keys: OwnerKeys,
     *,
     seedshare_threshold: int = 1,
-) -> dict[str, Any]:
-    """The manifest of these workloads, with `reference_values()` and the owners' keys.
-
-    `SeedshareThreshold` is written only above 1, so that such manifests stay the original's.
-    """
-    document: dict[str, Any] = {
-        "Policies": policies(identities),
-        "ReferenceValues": dict(values),
-        "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
-        "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
-    }
-    if seedshare_threshold > 1:
-        document["SeedshareThreshold"] = seedshare_threshold
-    return document
-
-
-def to_bytes(document: Mapping[str, Any]) -> bytes:
-    """2-space indent and a trailing newline, as the original writes `manifest.json`."""
-    return json.dumps(document, indent=2).encode() + b"\n"
+) -> Manifest:
+    """The manifest of these workloads, with `reference_values()` and the owners' keys."""
+    return Manifest(
+        policies(identities),
+        values,
+        keys.workload_owner_digests,
+        keys.seedshare_owner_public_keys,
+        seedshare_threshold,
+    )

@@ -21,7 +21,6 @@ from typing import Any, NamedTuple
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from contrast.boundedfile import FileTooLarge, read_bounded
-from contrast.boundedjson import JsonInputError, load
 from contrast.files import write_atomically
 from contrast.generate import manifest as manifest_document
 from contrast.generate import parallel, release_images
@@ -48,7 +47,7 @@ from contrast.kuberesource.schemacache import SchemaCache
 from contrast.kuberesource.workloads import Workload, workloads
 from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.manifest.errors import ManifestError
-from contrast.manifest.limits import MANIFEST_LIMITS
+from contrast.manifest.model import MANIFEST_LIMITS, Manifest, ReferenceValues
 from contrast.platforms import Platform
 from contrast.policy import settings as policy_settings
 from contrast.policy.cache import PolicyCache
@@ -174,34 +173,37 @@ def _settings(path: Path) -> tuple[_WorkspaceText | None, Settings]:
     return default, Settings.from_text(default.text, str(path))
 
 
-def _previous_manifest(path: Path, cache: SchemaCache | None) -> dict[str, Any] | None:
-    """The manifest to start from, refused unless it has a manifest's fields and shapes.
+def _previous_manifest(path: Path, cache: SchemaCache | None) -> Manifest | None:
+    """The manifest to start from, refused unless it is a manifest (a draft will do).
 
     Generate replaces the file, keeping only its reference values; a file that is not a
     manifest (another tool's JSON, a typo in a field name) must not be replaced by one. A file
-    that passed this check before, byte for byte, is not checked again (`cache`).
+    that passed this check before, byte for byte, is not checked again (`cache`): its entries'
+    reference values are not parsed, which would load the modules of every TEE.
     """
     if not path.exists():
         return None
     problem = "fix or remove it; generate keeps its reference values"
     try:
         data = read_bounded(path, MANIFEST_LIMITS.max_bytes, what="the existing manifest")
-        document = load(data, MANIFEST_LIMITS, what=f"the existing manifest {path}")
     except OSError as error:
         raise GenerateError(f"cannot read the existing manifest {path}: {error}") from None
-    except (JsonInputError, FileTooLarge) as error:
+    except FileTooLarge as error:
         raise GenerateError(error.message, hint=problem) from None
-    if not isinstance(document, dict):
-        raise GenerateError(f"the existing manifest {path} is not a JSON object", hint=problem)
+    checked: list[Manifest] = []
 
     def check() -> None:
-        try:
-            _check_manifest(document)
-        except ManifestError as error:
-            raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
+        checked.append(_read_manifest(data, path, problem, checked=False))
 
     _check_once(cache, "manifest", data, check)
-    return document
+    return checked[0] if checked else _read_manifest(data, path, problem, checked=True)
+
+
+def _read_manifest(data: bytes, path: Path, problem: str, *, checked: bool) -> Manifest:
+    try:
+        return Manifest.from_bytes(data, draft=True, checked=checked)
+    except ManifestError as error:
+        raise GenerateError(f"cannot use the existing {path}: {error}", hint=problem) from None
 
 
 def _holds(path: Path, data: bytes) -> bool:
@@ -210,14 +212,6 @@ def _holds(path: Path, data: bytes) -> bool:
         return read_bounded(path, len(data), what="the manifest") == data
     except (OSError, FileTooLarge):
         return False
-
-
-def _check_manifest(document: dict[str, Any]) -> None:
-    """Raise ManifestError unless `document` has a manifest's fields and shapes (a draft's)."""
-    # Imported here: the model is pydantic, which a run whose manifest passed before never needs.
-    from contrast.manifest.model import ManifestDraft  # noqa: PLC0415
-
-    ManifestDraft.from_document(document)
 
 
 def _record_manifest(data: bytes, cache: SchemaCache | None) -> None:
@@ -230,9 +224,9 @@ def _record_manifest(data: bytes, cache: SchemaCache | None) -> None:
         return
 
     def check() -> None:
-        _check_manifest(load(data, MANIFEST_LIMITS, what="the manifest"))
+        Manifest.from_bytes(data, draft=True)
 
-    with contextlib.suppress(JsonInputError, ManifestError):
+    with contextlib.suppress(ManifestError):
         _check_once(cache, "manifest", data, check)
 
 
@@ -656,7 +650,7 @@ def generate(
             emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
         )
     )
-    existing_values = (previous or {}).get("ReferenceValues", {})
+    existing_values = ReferenceValues() if previous is None else previous.reference_values
     manifest_document.reference_values(
         existing_values, [p for p in platforms if not p.emulated], provider
     )
@@ -715,7 +709,7 @@ def generate(
         values, result.missing_reference_values = manifest_document.reference_values(
             existing_values, platforms, provider
         )
-        document = manifest_document.manifest_document(
+        manifest = manifest_document.manifest(
             identities, values, keys, seedshare_threshold=options.seedshare_threshold
         )
 
@@ -742,7 +736,7 @@ def generate(
             schema_cache,
             staged.written_fingerprints(),
         )
-        manifest_bytes = manifest_document.to_bytes(document)
+        manifest_bytes = manifest.to_bytes()
         manifest_unchanged = _holds(options.manifest, manifest_bytes)
         if not manifest_unchanged:
             _record_manifest(manifest_bytes, schema_cache)

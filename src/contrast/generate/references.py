@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from contrast.generate.errors import GenerateError
+from contrast.manifest.errors import ManifestError
+from contrast.manifest.model import ReferenceValues
 from contrast.platforms import Platform, Tee
 
-ReferenceValues = dict[str, list[dict[str, Any]]]
+# Reference values by TEE kind as `contrast runtime reference-values` writes them.
+ReferenceValueSet = dict[str, list[dict[str, Any]]]
 
 
 @dataclass(frozen=True)
@@ -28,12 +31,22 @@ class ReferenceValueProvider:
     emulated_tee: Path | None = None
     # Values by runtime handler as `contrast runtime reference-values` writes them; None takes
     # the ones embedded in this release.
-    embedded: Mapping[str, ReferenceValues] | None = None
+    embedded: Mapping[str, ReferenceValueSet] | None = None
     # The runtime handler of each platform whose runtime was built (`contrast runtime build`);
     # the others use this release's.
     handlers: Mapping[Platform, str] = field(default_factory=dict)
 
     def __call__(self, platform: Platform) -> tuple[ReferenceValues, list[str]]:
+        values, notes = self._values(platform)
+        try:
+            return ReferenceValues.from_json(values), notes
+        except ManifestError as error:
+            raise GenerateError(
+                f"the reference values of {platform.display_name}: {error.message}",
+                hint="rebuild them with `contrast runtime build`, or fix the file",
+            ) from None
+
+    def _values(self, platform: Platform) -> tuple[ReferenceValueSet, list[str]]:
         # Each kind of platform imports what it needs here: the modules of every TEE together
         # cost a tenth of a second at each start, most of an unchanged re-run of one platform.
         if not platform.emulated:

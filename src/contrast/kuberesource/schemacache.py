@@ -22,13 +22,14 @@ next run reads that. The file holds the resources of the last run that added one
 each at most); one that cannot be read or has another shape is ignored, never an error.
 
 The same file remembers the other checks of an input: the previous `manifest.json` against the
-manifest's model (`ManifestDraft`, pydantic), which generate runs so that it never replaces a
-file that is not a manifest, and the policy rules against regorus's parser. Importing pydantic and
-the model was the largest part of an unchanged re-run's start. A manifest's key covers its bytes,
-the code the check runs (the model and the modules it calls: bounded JSON reading, the seed share
-key check) and the versions of the libraries it calls (pydantic, pydantic-core, cryptography,
-shamir-mnemonic); the rules' key their text, `policy/engine.py` and regorus's version; both with
-the same format, tool and Python versions as above, and a tag keeps the kinds of key apart.
+manifest's model (`Manifest.from_bytes(draft=True)`), which generate runs so that it never
+replaces a file that is not a manifest, and the policy rules against regorus's parser. Parsing
+the entries' reference values loads the modules of every TEE, the largest part of an unchanged
+re-run's start. A manifest's key covers its bytes, the code the check runs (the model and the
+modules it calls: bounded JSON reading, the seed share key check, the SNP and TDX reference
+values) and the versions of the libraries it calls (orjson, cryptography, shamir-mnemonic); the
+rules' key their text, `policy/engine.py` and regorus's version; both with the same format, tool
+and Python versions as above, and a tag keeps the kinds of key apart.
 """
 
 from __future__ import annotations
@@ -55,14 +56,16 @@ LIBRARIES = ("jsonschema", "referencing", "jsonschema-specifications", "kubernet
 # The same for the manifest check: the modules (below `contrast`) and distributions it runs.
 MANIFEST_CODE = (
     "manifest/model.py",
-    "manifest/limits.py",
     "manifest/errors.py",
+    "attestation/snp/reference.py",
+    "attestation/snp/report.py",
+    "attestation/tdx/reference.py",
     "seed/shares.py",
     "seed/threshold.py",
     "boundedjson.py",
     "errors.py",
 )
-MANIFEST_LIBRARIES = ("pydantic", "pydantic-core", "cryptography", "shamir-mnemonic")
+MANIFEST_LIBRARIES = ("orjson", "cryptography", "shamir-mnemonic")
 # And for the rules check (`policy.engine.check_rules`): regorus parses the rules.
 RULES_CODE = ("policy/engine.py", "errors.py")
 RULES_LIBRARIES = ("gordon-to-regorus",)

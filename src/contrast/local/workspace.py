@@ -7,7 +7,6 @@ workloads on the emulated platform only, trusting the emulated TEE's own root.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from contrast.manifest.emulated import (
     emulated_snp_reference_values,
     emulated_tdx_reference_values,
 )
-from contrast.manifest.model import Manifest
+from contrast.manifest.model import Manifest, PolicyEntry, ReferenceValues, Role
 from contrast.policy.initdata import ANNOTATION, Initdata, encode_annotation, policy_hash
 
 RESOURCES = "resources"
@@ -91,20 +90,18 @@ def write_workspace(
     )
     for workload in workloads:
         workspace.write_public(f"{RESOURCES}/{workload.name}.yml", workload.pod_yaml().encode())
-    document = {
-        "Policies": {
-            workload.policy_hash.hex(): {
-                "SANs": [workload.name, "*"],
-                "WorkloadSecretID": f"core/v1/Pod/default/{workload.name}",
-                **({"Role": workload.role} if workload.role else {}),
-            }
+    manifest = Manifest(
+        {
+            workload.policy_hash.hex(): PolicyEntry(
+                (workload.name, "*"), f"core/v1/Pod/default/{workload.name}", Role(workload.role)
+            )
             for workload in workloads
         },
-        "ReferenceValues": dict(reference_values),
-        "WorkloadOwnerKeyDigests": list(keys.workload_owner_digests),
-        "SeedshareOwnerPubKeys": list(keys.seedshare_owner_public_keys),
-        **({"SeedshareThreshold": seedshare_threshold} if seedshare_threshold > 1 else {}),
-    }
-    manifest_bytes = json.dumps(document, indent=2).encode() + b"\n"
+        ReferenceValues.from_json(dict(reference_values)),
+        keys.workload_owner_digests,
+        keys.seedshare_owner_public_keys,
+        seedshare_threshold,
+    )
+    manifest_bytes = manifest.to_bytes()
     workspace.write_public(MANIFEST, manifest_bytes)
     return workspace, Manifest.from_bytes(manifest_bytes)

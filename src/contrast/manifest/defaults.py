@@ -44,26 +44,24 @@ from contrast.attestation.snp.report import PlatformInfo, Product
 from contrast.attestation.tdx.measure import TdxLaunchMeasurements
 from contrast.attestation.tdx.reference import (
     CONTRAST_XFAM,
-    RTMR_COUNT,
     SEPT_VE_DISABLE_ONLY,
     TdxReferenceValues,
 )
 from contrast.boundedfile import read_bounded
 from contrast.files import write_atomically
 from contrast.manifest.errors import ManifestError
+from contrast.manifest.model import MINIMUM_TCB_FIELDS, PLATFORM, TdxEntry
 from contrast.platforms import Hypervisor, Platform, Tee, from_runtime_class
 
 ASSET = "reference-values.json"
 # A reference values file is read whole (`contrast.boundedfile`): a release's is about 20 KiB.
 EMBEDDED_MAX_BYTES = 16 << 20
-PLATFORM = "Platform"
 # Guest policy ABI minor pinned by the original's validation (research §3.2): 0 on bare metal
 # (`snpGuestPolicyQEMU.json`), 31 on AKS.
 ABI_MINOR_BARE_METAL = 0
 ABI_MINOR_AKS = 31
 # `PlatformInfo: {SMTEnabled: true}`, everything else false: SMT allowed, TSME and TIO not.
 FORBIDDEN_PLATFORM_INFO = PlatformInfo.TSME_EN | PlatformInfo.TIO_EN
-MINIMUM_TCB_FIELDS = ("BootloaderVersion", "TEEVersion", "SNPVersion", "MicrocodeVersion")
 
 ReferenceValueSet = dict[str, list[dict[str, Any]]]
 
@@ -129,18 +127,6 @@ def tdx_reference_values(
     return [entry]
 
 
-def _rtmr0_missing(entry: Mapping[str, Any]) -> bool:
-    """An entry of a real TD whose RTMR0 the operator has yet to give (RTMR1/2 are predicted)."""
-    rtmrs = entry.get("Rtmrs")
-    return (
-        not entry.get("Emulated", False)
-        and isinstance(rtmrs, list)
-        and len(rtmrs) == RTMR_COUNT
-        and rtmrs[0] is None
-        and any(value is not None for value in rtmrs[1:])
-    )
-
-
 def missing_value_notes(platform: Platform, entries: Iterable[Mapping[str, Any]] = ()) -> list[str]:
     """What the user must fill in (in manifest.json) before the defaults protect anything."""
     _require_real(platform, platform.tee)
@@ -160,7 +146,10 @@ def missing_value_notes(platform: Platform, entries: Iterable[Mapping[str, Any]]
         " TDX module your hosts run (mr_seam of a quote, `contrast evidence verify`); until then"
         " any TDX module is accepted"
     ]
-    if any(_rtmr0_missing(entry) for entry in entries):
+    if any(
+        "Rtmrs[0]" in TdxEntry.from_json(entry, platform.display_name, check=False).unfilled
+        for entry in entries
+    ):
         notes.append(
             f"{platform.display_name}: Rtmrs[0] (RTMR0) is expected missing in {where}: it"
             " measures the TD HOB and QEMU's ACPI tables, which depend on the VM's memory and"
@@ -279,23 +268,3 @@ def _require_real(platform: Platform, tee: Tee) -> None:
             f"{platform.display_name} is a {platform.tee.value.upper()} platform,"
             f" not {tee.value.upper()}"
         )
-
-
-def unfilled_values(reference_values: Mapping[str, Any]) -> list[str]:
-    """The expected-missing values still `null` in a manifest's `ReferenceValues`.
-
-    The verifier reads `null` as "not checked"; `contrast set` refuses such a manifest, so that a
-    deployment never runs without the TCB minimum or MRSEAM its operator meant to set.
-    """
-    unfilled = []
-    for index, entry in enumerate(reference_values.get("snp") or []):
-        tcb = entry.get("MinimumTCB")
-        if isinstance(tcb, Mapping):
-            fields = [name for name in MINIMUM_TCB_FIELDS if name in tcb and tcb[name] is None]
-            unfilled += [f"snp[{index}] ({entry.get(PLATFORM)}) MinimumTCB.{f}" for f in fields]
-    for index, entry in enumerate(reference_values.get("tdx") or []):
-        if "MrSeam" in entry and entry["MrSeam"] is None:
-            unfilled.append(f"tdx[{index}] ({entry.get(PLATFORM)}) MrSeam")
-        if _rtmr0_missing(entry):
-            unfilled.append(f"tdx[{index}] ({entry.get(PLATFORM)}) Rtmrs[0]")
-    return unfilled

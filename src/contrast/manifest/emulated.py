@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from cryptography.hazmat.primitives import serialization
 
 from contrast.attestation.snp import reference as snp_reference
+from contrast.manifest.model import EMULATED_SNP, EMULATED_TDX, PLATFORM, TRUSTED_ROOTS
 
 if TYPE_CHECKING:
     from cryptography import x509
@@ -19,10 +20,12 @@ if TYPE_CHECKING:
     from contrast.attestation.emulated.snp import EmulatedSnp
     from contrast.attestation.emulated.tdx import EmulatedTdx
 
-EMULATED_SNP = "Emulated-SNP"
-EMULATED_TDX = "Emulated-TDX"
-PLATFORM = "Platform"
-TRUSTED_ROOTS = "TrustedRoots"
+__all__ = [
+    "EMULATED_SNP",
+    "EMULATED_TDX",
+    "emulated_snp_reference_values",
+    "emulated_tdx_reference_values",
+]
 
 
 def _pem(certificate: x509.Certificate) -> str:

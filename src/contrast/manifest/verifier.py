@@ -9,10 +9,9 @@ roots (`TrustedRoots`), so emulated evidence can never meet real reference value
 from __future__ import annotations
 
 import hmac
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from contrast.atls.peer import AttestedPeer
 from contrast.attestation import certificates
@@ -26,14 +25,7 @@ from contrast.attestation.tdx import reference as tdx_reference
 from contrast.attestation.tdx import verify as tdx_verify
 from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
-from contrast.errors import ContrastError
-from contrast.manifest.emulated import (
-    EMULATED_SNP,
-    EMULATED_TDX,
-    PLATFORM,
-    TRUSTED_ROOTS,
-)
-from contrast.manifest.errors import ManifestError
+from contrast.manifest import model
 from contrast.manifest.model import Manifest
 
 POLICY_HASH_SIZE = 32
@@ -54,58 +46,29 @@ class TdxEntry:
     roots: IntelRootStore
 
 
-def _tdx_entry(raw: Mapping[str, Any], index: int) -> TdxEntry:
-    entry = dict(raw)
-    platform = str(entry.pop(PLATFORM, ""))
-    trusted = entry.pop(TRUSTED_ROOTS, None)
-    where = f"ReferenceValues.tdx[{index}]"
-    try:
-        reference = tdx_reference.TdxReferenceValues.from_json(entry)
-    except (ContrastError, ValueError, TypeError, KeyError) as error:
-        raise ManifestError(f"{where}: {error}") from None
-    if platform == EMULATED_TDX:
-        if not reference.emulated:
-            raise ManifestError(f'{where}: an {EMULATED_TDX} entry must say "Emulated": true')
-        if not isinstance(trusted, Mapping) or "RootCA" not in trusted:
-            raise ManifestError(f"{where}: an {EMULATED_TDX} entry needs TrustedRoots RootCA")
-        root = certificates.load_certificate(str(trusted["RootCA"]).encode(), what=where)
-        signing = tuple(
-            certificates.load_certificate(str(pem).encode(), what=where)
-            for pem in trusted.get("TcbSigning", [])
-        )
-        return TdxEntry(platform, reference, IntelRootStore(root, signing, genuine=False))
-    if trusted is not None or reference.emulated:
-        raise ManifestError(
-            f"{where}: only {EMULATED_TDX} entries may be emulated or name their own"
-            f" TrustedRoots; {platform or 'real platforms'} are checked against Intel's roots"
-        )
-    return TdxEntry(platform, reference, GENUINE_INTEL_ROOTS)
+def _tdx_entry(entry: model.TdxEntry) -> TdxEntry:
+    """The entry with the roots its evidence must chain to: Intel's, or its emulated TEE's."""
+    if entry.roots is None:
+        return TdxEntry(entry.platform, entry.reference, GENUINE_INTEL_ROOTS)
+    where = entry.where
+    root = certificates.load_certificate(entry.roots.root_ca.encode(), what=where)
+    signing = tuple(
+        certificates.load_certificate(pem.encode(), what=where) for pem in entry.roots.tcb_signing
+    )
+    return TdxEntry(entry.platform, entry.reference, IntelRootStore(root, signing, genuine=False))
 
 
-def _snp_entry(raw: Mapping[str, Any], index: int) -> SnpEntry:
-    entry = dict(raw)
-    platform = str(entry.pop(PLATFORM, ""))
-    trusted = entry.pop(TRUSTED_ROOTS, None)
-    where = f"ReferenceValues.snp[{index}]"
-    try:
-        reference = snp_reference.SnpReferenceValues.from_json(entry)
-    except (AttestationError, ValueError, TypeError, KeyError) as error:
-        raise ManifestError(f"{where}: {error}") from None
-    product = reference.product
-    if platform == EMULATED_SNP:
-        if not isinstance(trusted, Mapping) or "ARK" not in trusted or "ASK" not in trusted:
-            raise ManifestError(f"{where}: an {EMULATED_SNP} entry needs TrustedRoots ARK and ASK")
-        ark = certificates.load_certificate(str(trusted["ARK"]).encode(), what=f"{where} ARK")
-        ask = certificates.load_certificate(str(trusted["ASK"]).encode(), what=f"{where} ASK")
-        chosen = product or Product.MILAN
-        roots = AmdRootStore({chosen: ProductRoots(ark, ask)}, genuine=False)
-        return SnpEntry(platform, reference, roots, chosen)
-    if trusted is not None:
-        raise ManifestError(
-            f"{where}: only {EMULATED_SNP} entries may name their own TrustedRoots;"
-            f" {platform or 'real platforms'} are checked against AMD's genuine roots"
-        )
-    return SnpEntry(platform, reference, GENUINE_AMD_ROOTS, product)
+def _snp_entry(entry: model.SnpEntry) -> SnpEntry:
+    """The entry with the roots its evidence must chain to: AMD's, or its emulated TEE's."""
+    reference = entry.reference
+    if entry.roots is None:
+        return SnpEntry(entry.platform, reference, GENUINE_AMD_ROOTS, reference.product)
+    where = entry.where
+    ark = certificates.load_certificate(entry.roots.ark.encode(), what=f"{where} ARK")
+    ask = certificates.load_certificate(entry.roots.ask.encode(), what=f"{where} ASK")
+    chosen = reference.product or Product.MILAN
+    roots = AmdRootStore({chosen: ProductRoots(ark, ask)}, genuine=False)
+    return SnpEntry(entry.platform, reference, roots, chosen)
 
 
 class ManifestVerifier:
@@ -208,10 +171,7 @@ def _most_telling(failures: Sequence[AttestationError]) -> AttestationError:
 
 def _entries(manifest: Manifest) -> tuple[list[SnpEntry], list[TdxEntry]]:
     values = manifest.reference_values
-    return (
-        [_snp_entry(raw, index) for index, raw in enumerate(values.snp)],
-        [_tdx_entry(raw, index) for index, raw in enumerate(values.tdx)],
-    )
+    return [_snp_entry(entry) for entry in values.snp], [_tdx_entry(entry) for entry in values.tdx]
 
 
 def workload_verifier(manifest: Manifest) -> ManifestVerifier:
