@@ -11,7 +11,6 @@ would have sent, without a kubelet.
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import shutil
@@ -30,7 +29,7 @@ from contrast.images.model import ImageConfig, ImageFacts
 from contrast.kuberesource.workloads import Workload
 from contrast.policy import initdata
 from contrast.policy.generate import GeneratedPolicy, PolicyGenerator, default_rules
-from contrast.policy.settings import Settings, default_settings
+from contrast.policy.settings import default_settings
 
 LOGS = "/var/log/pods"
 NAMESPACE = "k8s.io"  # CRI's: the bundle path Kata reports (and policies expect) names it
@@ -68,13 +67,6 @@ def check_tools() -> None:
         raise RuntimeError("the emulated runtime's tests run containers and need root")
 
 
-def settings_for_containerd() -> Settings:
-    """The default settings with the OCI version containerd 1.6 writes (Kata's 20-oci drop-ins)."""
-    document = copy.deepcopy(dict(default_settings().document))
-    document["kata_config"]["oci_version"] = "1.0.2-dev"
-    return Settings(document)
-
-
 @dataclass
 class Pod:
     name: str
@@ -92,7 +84,7 @@ class Pod:
 def app_pod(roots: Path, name: str = "app") -> Pod:
     """A pod whose app container runs Python from the node's /usr (a hostPath volume); it
     reports whether it can see `roots`, the node's emulated roots."""
-    settings = settings_for_containerd()
+    settings = default_settings()
     pause = settings.pause_image
     images = {
         pause: ImageFacts(pause, "", ImageConfig(user="65535:65535", entrypoint=("/pause",))),
@@ -103,6 +95,8 @@ def app_pod(roots: Path, name: str = "app") -> Pod:
         "kind": "Pod",
         "metadata": {"name": name, "namespace": "default"},
         "spec": {
+            # generate places the pod on the emulated platform: its settings, as for any pod there.
+            "runtimeClassName": "contrast-cc-emulated-snp",
             "volumes": [
                 {"name": "usr", "hostPath": {"path": "/usr"}},
                 # As the Initializer's contrast-secrets: kubelet mounts a tmpfs for it.

@@ -138,6 +138,23 @@ def test_a_container_changed_after_generate_is_refused_naming_the_rule(
     assert container not in node.ctr("tasks", "list", "--quiet").stdout
 
 
+def test_the_oci_version_is_the_one_containerd_writes(node: Node, running: Pod) -> None:
+    """The pod's policy comes from the default settings for emulated-snp, with no settings of
+    the test's own: containerd 1.6's specs say 1.0.2-dev (the app started, see `running`), and
+    a spec that says another version is refused."""
+    container = "d" * 64
+    spec = node.container_spec(running, container)
+    assert spec["ociVersion"] == "1.0.2-dev"
+    spec["ociVersion"] = "1.1.0"
+    result = node.run(container, spec)
+    node.remove(container)
+    assert result.returncode != 0
+    assert (
+        "CreateContainerRequest: policy container 1 app - OCI.Version expected 1.0.2-dev got 1.1.0"
+        in result.stderr
+    ), result.stderr
+
+
 def test_a_container_with_another_image_is_refused(node: Node, running: Pod) -> None:
     """Only the image changes (the command, env and mounts still match): the image rule refuses."""
     container = "b" * 64

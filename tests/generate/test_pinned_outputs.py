@@ -7,8 +7,10 @@ against the digests the tree wrote before that work (keys and reference values a
 they differ per workspace; nor is the runtime handler's hash, which follows the node installer's
 code). Re-pinned when the Coordinator's Role lost `list` (issue 25's RBAC test): that verb is the
 only difference from the digests recorded before issue 14's work. Re-pinned when the rules began
-checking the image (issue 26): the rules text in each initdata is the only difference. A change on
-purpose (new rules, settings, an injected field) updates the digest: the failure prints the new one.
+checking the image (issue 26): the rules text in each initdata is the only difference; and when
+the emulated platforms' policies took the OCI version of the node's containerd (1.0.2-dev): their
+containers' Version is the only difference. A change on purpose (new rules, settings, an
+injected field) updates the digest: the failure prints the new one.
 """
 
 from __future__ import annotations
@@ -26,11 +28,11 @@ from tests.generate.conftest import GenerateWorkspace
 PINNED = {
     "sidecar-tls": (
         "emulated-snp",
-        "aa0b1a3f9821778378408f871f0b8364cb0ef04f3c394191d40628fbf3aaf3ea",
+        "c1835388dadc86dcce7da87e595e461f9d803d87783f7aa161320bec403997d8",
     ),
     "kustomize-app": (
         "emulated-tdx",
-        "4dd6ed944c9680cc23dfa1be9f535150f30533efd343f3dcbdc48498c6cdc7aa",
+        "ccab18d0361c148161f5799d8eb4c559695c4c5f93e001400efb59fb80b51b7e",
     ),
     "multi-runtime": (
         "metal-qemu-snp",
@@ -42,12 +44,12 @@ PINNED = {
     ),
     "deployments": (
         "emulated-snp",
-        "33ed0dd562f7a67a3080279b3671857663de57f40da88ccf92fabd16eece66cc",
+        "d675b6544c011316896eef84a025e710a3e3f5d8debe0a6f25605829d2cff04d",
     ),
     # Each variant takes the fast way or ruamel's (yamlrtload, yamlrtdump).
     "variants": (
         "emulated-snp",
-        "06992736f7aa9f10540b3a7b13adc845ee42b818901dab78559cb90dd348cb2e",
+        "15ecc88c8aea274df1154d6706c9bc72dbcd44151cd96a060eec24e18e82bc31",
     ),
 }
 

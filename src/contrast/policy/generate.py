@@ -15,13 +15,14 @@ from typing import Any
 from contrast.images.model import ImageFacts
 from contrast.jsontext import dumps_indented
 from contrast.kuberesource.workloads import Workload
+from contrast.platforms import from_runtime_class
 from contrast.policy.containers import PodFacts, container_policy
 from contrast.policy.env import ConfigSources, EnvContext
 from contrast.policy.generation_errors import PolicyGenerationError
 from contrast.policy.initdata import PolicyEncoder
 from contrast.policy.mounts import normalized_storage
 from contrast.policy.sandbox import sandbox_name_regex
-from contrast.policy.settings import ASSETS, Settings, default_settings
+from contrast.policy.settings import ASSETS, Settings, default_settings, for_platform
 
 COMMON_KEYS = (
     "cpath",
@@ -125,6 +126,7 @@ class PolicyGenerator:
         # Initdata entries besides the policy (the insecure debug flag), in every pod's.
         self.initdata_extra = dict(initdata_extra or {})
         self._encoder: PolicyEncoder | None = None
+        self._platform_settings: dict[str, Settings] = {}
 
     @property
     def encoder(self) -> PolicyEncoder:
@@ -165,7 +167,8 @@ class PolicyGenerator:
             ),
             where=where,
         )
-        pause_image = self.settings.pause_image
+        settings = self.settings_for(workload)
+        pause_image = settings.pause_image
         # Pause first; each init container is inserted at index 1 (so they end up reversed, as in
         # genpolicy: the state stores indices into this list); then the regular containers.
         ordered: list[tuple[Mapping[str, Any], bool]] = [({"image": pause_image}, True)]
@@ -181,11 +184,21 @@ class PolicyGenerator:
                     f"{where}: no image facts for {reference}",
                     hint="resolve every image of required_images() before generating",
                 )
-            containers.append(container_policy(self.settings, pod, container, facts, pause=pause))
-        return self._assemble(containers)
+            containers.append(container_policy(settings, pod, container, facts, pause=pause))
+        return self._assemble(containers, settings)
 
-    def _assemble(self, containers: list[dict[str, Any]]) -> dict[str, Any]:
-        settings = self.settings
+    def settings_for(self, workload: Workload) -> Settings:
+        """The settings for the platform `workload`'s runtime class names (`for_platform`).
+
+        The runtime class is part of the pod, so the policy cache's key covers the choice.
+        """
+        platform = from_runtime_class(workload.runtime_class_name)
+        name = "" if platform is None else platform.name
+        if name not in self._platform_settings:
+            self._platform_settings[name] = for_platform(self.settings, name)
+        return self._platform_settings[name]
+
+    def _assemble(self, containers: list[dict[str, Any]], settings: Settings) -> dict[str, Any]:
         common = settings.section("common")
         cluster = settings.section("cluster_config")
         vfio = settings.get("devices", "vfio", default={}) or {}
