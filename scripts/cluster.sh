@@ -3,7 +3,7 @@
 # tools/kubernetes/go.mod (the one place the version is named).
 #
 #   bash scripts/cluster.sh up DIR     builds or reuses the binaries, starts the cluster, writes
-#                                      DIR/kubeconfig (admin) and DIR/registry, returns when the
+#                                      DIR/kubeconfig (admin) and DIR/registry-address, returns when the
 #                                      node is Ready and CoreDNS answers through its Service
 #   bash scripts/cluster.sh down DIR   stops it and removes what it made (idempotent, and safe
 #                                      after a failed up)
@@ -485,6 +485,8 @@ up() {
     fi
     mkdir -p "$DIR/logs"
     DIR=$(cd "$DIR" && pwd)
+    local socket=$DIR/containerd/containerd.sock
+    [ ${#socket} -le 100 ] || die "$DIR is too long a path: containerd's socket there would not fit a unix socket address"
     bin=$(build)/bin
     ln -sfn "$bin" "$DIR/bin" # the kubectl of this cluster's version, for the tests and by hand
     local started=$SECONDS
