@@ -1,0 +1,307 @@
+"""Contrast deployed on the test cluster the way a user deploys it, for the end-to-end tests.
+
+The release images go into the cluster's registry by digest (`push_release`, skopeo from the OCI
+layout `contrast-build-images` writes), the resources are what `contrast coordinator-resources` and
+`contrast generate` print, applied with kubectl, and the user reaches the Coordinator the way the
+original's docs say: through a `port-forwarder-coordinator` pod and `kubectl port-forward`
+(`PortForward`), since Kata pods do not support `kubectl port-forward` themselves.
+
+One part is a stand-in, and says so: `plain_runc_with_emulated_tee`. The emulated confidential
+runtime (`contrast runtime --platform emulated-snp`) is installed by its node-installer
+DaemonSet, which writes the host's containerd config and restarts containerd through systemd; the
+test cluster's containerd is a process of `scripts/cluster.sh` with its config under the
+cluster's folder, so that DaemonSet cannot install it there. Until it can, the Coordinator pods
+run on the cluster's plain runc, and a TEE server of the test (`TeeStandIn`) serves the emulated
+TEE's socket into them from the host, its HOSTDATA fixed from the pod's initdata annotation as the
+emulated runtime fixes it. What plain runc does not do: check any container against its policy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from ruamel.yaml import YAML
+
+from contrast.attestation.emulated import endpoint
+from contrast.attestation.emulated.socketpath import CONTAINER_DIRECTORY, SOCKET_NAME
+from contrast.emulatedruntime.teeserver import make_signer
+from contrast.policy import initdata
+from tests.kube.cluster import Cluster
+
+RELEASE_PREFIX = "ghcr.io/contrast-python/"
+FORWARDER_NAME = "port-forwarder-coordinator"
+USER_API_PORT = 1313
+TEE_VOLUME = "contrast-emulated-tee"
+# The release images' interpreter (Debian bookworm's; the images have no python3 link).
+IMAGE_PYTHON = "/usr/bin/python3.11"
+
+# The port-forwarder's program: the original runs socat (`TCP-LISTEN:PORT,fork TCP:HOST:PORT`)
+# in an image of its own; here the same relay in the Coordinator's release image, whose only
+# interpreter is Python (the images have no shell and no socat). One relay per listed port.
+FORWARDER = """
+import asyncio, os
+async def pipe(reader, writer):
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    finally:
+        writer.close()
+async def main():
+    host = os.environ["FORWARD_HOST"]
+    async def relay(port):
+        async def connected(reader, writer):
+            try:
+                upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
+            except OSError:
+                writer.close()
+                return
+            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer),
+                                 return_exceptions=True)
+        server = await asyncio.start_server(connected, "0.0.0.0", port)
+        await server.serve_forever()
+    ports = [int(p) for p in os.environ["LISTEN_PORTS"].split()]
+    await asyncio.gather(*(relay(p) for p in ports))
+asyncio.run(main())
+"""
+
+
+def push_release(layout: Path, registry: str, directory: Path) -> Path:
+    """Copies every release image of `layout` into `registry`, and writes the
+    `--image-replacements` file naming each by its pushed digest; returns the file's path."""
+    lines = []
+    for reference in layout_references(layout):
+        name_and_tag = reference.removeprefix(RELEASE_PREFIX)
+        digest_file = directory / f"{name_and_tag.replace(':', '_')}.digest"
+        subprocess.run(
+            [
+                "skopeo", "copy", "--quiet", "--dest-tls-verify=false",
+                "--digestfile", str(digest_file),
+                f"oci:{layout}:{reference}", f"docker://{registry}/{name_and_tag}",
+            ],
+            check=True, capture_output=True, timeout=600,
+        )  # fmt: skip
+        digest = digest_file.read_text().strip()
+        repository = name_and_tag.rpartition(":")[0]
+        lines.append(f"{reference}={registry}/{repository}@{digest}")
+    replacements = directory / "image-replacements.txt"
+    replacements.write_text("\n".join(lines) + "\n")
+    return replacements
+
+
+def layout_references(layout: Path) -> list[str]:
+    """The release references an OCI layout names (`org.opencontainers.image.ref.name`)."""
+    index = json.loads((layout / "index.json").read_text())
+    names = [
+        m.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
+        for m in index["manifests"]
+    ]
+    return sorted(name for name in names if name.startswith(RELEASE_PREFIX))
+
+
+def documents_of(text: str) -> list[dict[str, Any]]:
+    return [d for d in YAML(typ="safe").load_all(text) if d]
+
+
+def dump(documents: list[dict[str, Any]]) -> bytes:
+    out = io.StringIO()
+    YAML(typ="safe").dump_all(documents, out)
+    return out.getvalue().encode()
+
+
+def pod_initdata(workload: dict[str, Any]) -> bytes:
+    """The initdata TOML `generate` put into a workload's pod template."""
+    annotations = workload["spec"]["template"]["metadata"]["annotations"]
+    return initdata.decode_annotation(annotations[initdata.ANNOTATION])
+
+
+def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) -> dict[str, Any]:
+    """The workload as the test runs it in place of the emulated runtime (see the module's
+    docstring): no runtimeClassName (the cluster's runc), the stand-in's socket directory
+    mounted where the emulated runtime mounts the pod's, and `CONTRAST_TEE=emulated` on each
+    container that had a `CONTRAST_TEE` (the release YAML says `hardware`)."""
+    changed = copy.deepcopy(workload)
+    pod = changed["spec"]["template"]["spec"]
+    pod.pop("runtimeClassName", None)
+    pod.setdefault("volumes", []).append(
+        {"name": TEE_VOLUME, "hostPath": {"path": str(tee_directory), "type": "Directory"}}
+    )
+    for container in [*pod.get("initContainers", []), *pod["containers"]]:
+        container.setdefault("volumeMounts", []).append(
+            {"name": TEE_VOLUME, "mountPath": CONTAINER_DIRECTORY, "readOnly": True}
+        )
+        for variable in container.get("env", []):
+            if variable["name"] == "CONTRAST_TEE":
+                variable["value"] = "emulated"
+    return changed
+
+
+class TeeStandIn:
+    """One emulated TEE socket on the host for pods of one initdata: the emulated runtime's
+    per-pod server, with HOSTDATA = the initdata's policy hash, fixed here and not by the pod."""
+
+    def __init__(self, roots: Path, pod_initdata_toml: bytes, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o755)
+        self.signer = make_signer("emulated-snp", roots, pod_initdata_toml)
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        path = directory / SOCKET_NAME
+        path.unlink(missing_ok=True)
+        self.listener.bind(str(path))
+        os.chmod(path, 0o666)  # any user of the pod may ask, as with the runtime's
+        self.listener.listen(16)
+        self.lock = threading.Lock()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                connection, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(10)
+            with contextlib.suppress(OSError), self.lock:
+                endpoint.answer(connection, self.signer)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def wait_ready(cluster: Cluster, namespace: str, selector: str, count: int, timeout: float) -> None:
+    """Waits until `count` pods of `selector` are Ready; fails with their state and logs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = cluster.kubectl(
+            "-n", namespace, "get", "pods", "-l", selector, "-o",
+            "jsonpath={range .items[*]}{.metadata.name}"
+            " {.status.conditions[?(@.type=='Ready')].status}{'\\n'}{end}",
+        )  # fmt: skip
+        lines = result.stdout.decode().split("\n")
+        if sum(line.endswith(" True") for line in lines) >= count:
+            return
+        time.sleep(1)
+    pytest.fail(
+        f"{selector} in {namespace}: not {count} Ready after {timeout:.0f} s\n"
+        + describe(cluster, namespace)
+    )
+
+
+def wait_started(
+    cluster: Cluster, namespace: str, selector: str, count: int, timeout: float
+) -> None:
+    """Waits until `count` pods of `selector` have every container started (startup probe
+    passed); fails with their state and logs."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = cluster.kubectl(
+            "-n", namespace, "get", "pods", "-l", selector, "-o",
+            "jsonpath={range .items[*]}{.metadata.name}"
+            " {.status.containerStatuses[*].started}{'\\n'}{end}",
+        )  # fmt: skip
+        lines = [line.split() for line in result.stdout.decode().splitlines()]
+        if sum(len(f) > 1 and all(s == "true" for s in f[1:]) for f in lines) >= count:
+            return
+        time.sleep(1)
+    pytest.fail(
+        f"{selector} in {namespace}: not {count} started after {timeout:.0f} s\n"
+        + describe(cluster, namespace)
+    )
+
+
+def describe(cluster: Cluster, namespace: str) -> str:
+    """What a failure message needs: the pods, the events, the last log lines of each pod."""
+    parts = [
+        cluster.kubectl("-n", namespace, "get", "pods", "-o", "wide", check=False).stdout.decode(),
+        cluster.kubectl(
+            "-n", namespace, "get", "events", "--sort-by=.lastTimestamp", check=False
+        ).stdout.decode()[-4000:],
+    ]
+    names = cluster.kubectl(
+        "-n", namespace, "get", "pods", "-o", "name", check=False
+    ).stdout.decode()
+    for name in names.split():
+        log = cluster.kubectl(
+            "-n", namespace, "logs", "--all-containers", "--tail", "15", name, check=False
+        )
+        parts.append(f"--- {name}\n{(log.stdout + log.stderr).decode(errors='replace')}")
+    return "\n".join(parts)
+
+
+def forwarder_pod(
+    namespace: str, image: str, ports: list[int], host: str = "coordinator"
+) -> dict[str, Any]:
+    """The original's `port-forwarder-coordinator` pod (its deployment docs), with a Python relay
+    in place of socat: not a confidential pod (no runtimeClassName), it only relays bytes that
+    the CLI protects with attested TLS end to end."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": FORWARDER_NAME,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/name": FORWARDER_NAME},
+        },
+        "spec": {
+            "containers": [
+                {
+                    "name": "port-forwarder",
+                    "image": image,
+                    "command": [IMAGE_PYTHON, "-I", "-c", FORWARDER],
+                    "env": [
+                        {"name": "LISTEN_PORTS", "value": " ".join(map(str, ports))},
+                        {"name": "FORWARD_HOST", "value": host},
+                    ],
+                    "ports": [{"containerPort": port} for port in ports],
+                    "readinessProbe": {"tcpSocket": {"port": ports[0]}, "periodSeconds": 1},
+                    "resources": {"limits": {"memory": "50Mi"}, "requests": {"memory": "50Mi"}},
+                }
+            ]
+        },
+    }
+
+
+@contextlib.contextmanager
+def port_forward(cluster: Cluster, namespace: str, target: str, port: int) -> Iterator[int]:
+    """`kubectl port-forward TARGET :PORT` for the duration; yields the local port."""
+    process = subprocess.Popen(
+        [
+            str(cluster.kubectl_path), "--kubeconfig", str(cluster.kubeconfig),
+            "-n", namespace, "port-forward", "--address", "127.0.0.1", target, f":{port}",
+        ],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline().decode()
+        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
+        if not match:
+            process.kill()
+            _, stderr = process.communicate(timeout=10)
+            pytest.fail(f"kubectl port-forward {target}: {line}{stderr.decode(errors='replace')}")
+        yield int(match.group(1))
+    finally:
+        process.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        if process.poll() is None:
+            process.kill()
+            process.wait()
