@@ -47,6 +47,8 @@ USER_API_PORT = 1313
 TEE_VOLUME = "contrast-emulated-tee"
 # The release images' interpreter (Debian bookworm's; the images have no python3 link).
 IMAGE_PYTHON = "/usr/bin/python3.11"
+# The containers that attest: the Coordinator's and the Initializer `generate` injects.
+TEE_CONTAINERS = ("coordinator", "contrast-initializer")
 
 # The port-forwarder's program: the original runs socat (`TCP-LISTEN:PORT,fork TCP:HOST:PORT`)
 # in an image of its own; here the same relay in the Coordinator's release image, whose only
@@ -131,8 +133,8 @@ def pod_initdata(workload: dict[str, Any]) -> bytes:
 def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) -> dict[str, Any]:
     """The workload as the test runs it in place of the emulated runtime (see the module's
     docstring): no runtimeClassName (the cluster's runc), the stand-in's socket directory
-    mounted where the emulated runtime mounts the pod's, and `CONTRAST_TEE=emulated` on each
-    container that had a `CONTRAST_TEE` (the release YAML says `hardware`)."""
+    mounted where the emulated runtime mounts the pod's, and `CONTRAST_TEE=emulated` on the
+    Coordinator and the Initializer (the release YAML says `hardware` or nothing, its default)."""
     changed = copy.deepcopy(workload)
     pod = changed["spec"]["template"]["spec"]
     pod.pop("runtimeClassName", None)
@@ -143,9 +145,9 @@ def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) 
         container.setdefault("volumeMounts", []).append(
             {"name": TEE_VOLUME, "mountPath": CONTAINER_DIRECTORY, "readOnly": True}
         )
-        for variable in container.get("env", []):
-            if variable["name"] == "CONTRAST_TEE":
-                variable["value"] = "emulated"
+        if container["name"] in TEE_CONTAINERS:
+            env = [v for v in container.get("env", []) if v["name"] != "CONTRAST_TEE"]
+            container["env"] = [*env, {"name": "CONTRAST_TEE", "value": "emulated"}]
     return changed
 
 

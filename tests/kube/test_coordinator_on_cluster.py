@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from cryptography import x509
 
 from contrast.cli.main import main
 from contrast.policy import initdata
@@ -34,6 +35,35 @@ from tests.kube.cluster import Cluster
 PLATFORM = "emulated-snp"
 COORDINATOR_SELECTOR = "app.kubernetes.io/name=coordinator"
 READY_TIMEOUT = 240
+# A workload of the user's: the Coordinator's image has Python (the only image at hand whose
+# pulls need no network); generate injects the Initializer, which gets the pod's mesh certificate.
+WEB = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: {namespace}
+spec:
+  replicas: 1
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: web
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: web
+    spec:
+      runtimeClassName: contrast-cc
+      containers:
+        - name: web
+          image: {image}
+          command: ["/usr/bin/python3.11", "-c", "import time; time.sleep(1e9)"]
+          resources:
+            limits:
+              memory: 50Mi
+            requests:
+              memory: 50Mi
+"""
 
 
 @dataclass(frozen=True)
@@ -83,6 +113,9 @@ def deployment(
         "coordinator-resources", "--platform", PLATFORM, "--namespace", namespace,
         "--image-replacements", str(replacements),
     ))  # fmt: skip
+    (resources / "web.yml").write_text(
+        WEB.format(namespace=namespace, image=_image_of(replacements))
+    )
     run_cli(
         "generate", "--workspace-dir", str(workspace), "--reference-values", PLATFORM,
         "--image-replacements", str(replacements), "--oci-layout", str(release_layout),
@@ -96,19 +129,38 @@ def deployment(
     manifest = json.loads((workspace / "manifest.json").read_text())
     assert manifest["Policies"][coordinator_hash]["Role"] == "coordinator"
 
+    web = deploy.documents_of((resources / "web.yml").read_text())
+    web_hash = initdata.policy_hash(deploy.pod_initdata(web[0])).hex()
+    assert "Role" not in manifest["Policies"][web_hash]  # a workload, not a Coordinator
+
+    # One emulated TEE per initdata, as the emulated runtime gives one per pod.
     tee = deploy.TeeStandIn(
         workspace / "emulated-tee", coordinator_initdata, root / "tee-coordinator"
+    )
+    web_tee = deploy.TeeStandIn(
+        workspace / "emulated-tee", deploy.pod_initdata(web[0]), root / "tee-web"
     )
     applied = [
         deploy.plain_runc_with_emulated_tee(d, tee.directory) if d is statefulset else d
         for d in documents
-    ]
+    ] + [deploy.plain_runc_with_emulated_tee(web[0], web_tee.directory)]
     try:
         cluster.kubectl("apply", "-f", "-", input=deploy.dump(applied))
         yield Deployment(cluster, namespace, workspace, replacements, coordinator_hash)
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
         tee.close()
+        web_tee.close()
+
+
+def _image_of(replacements: Path, name: str = "coordinator") -> str:
+    """The pushed digest reference of a release image, from the replacements file."""
+    (pushed,) = [
+        line.partition("=")[2]
+        for line in replacements.read_text().splitlines()
+        if f"/{name}@" in line
+    ]
+    return pushed
 
 
 def _capture_cli(*arguments: str) -> str:
@@ -132,11 +184,7 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
         "-n", namespace, "get", "pods", "-l", COORDINATOR_SELECTOR,
         "-o", "jsonpath={.items[*].status.containerStatuses[*].imageID}",
     ).stdout.decode().split()  # fmt: skip
-    (pushed,) = [
-        line.partition("=")[2]
-        for line in deployment.replacements.read_text().splitlines()
-        if "/coordinator@" in line
-    ]
+    pushed = _image_of(deployment.replacements)
     assert len(ids) == 3
     assert {image_id.rpartition("@")[2] for image_id in ids} == {pushed.rpartition("@")[2]}
 
@@ -165,11 +213,22 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     verify = workspace / "verify"
     assert (verify / "manifest.0.json").read_bytes() == (workspace / "manifest.json").read_bytes()
     mesh_ca = (verify / "mesh-ca.pem").read_bytes()
+
+    # The workload's Initializer got its mesh certificate from the Coordinator: the chain
+    # the app container reads is issued by the mesh CA that verify fetched.
+    deploy.wait_ready(cluster, namespace, "app.kubernetes.io/name=web", 1, READY_TIMEOUT)
+    chain = cluster.kubectl(
+        "-n", namespace, "exec", "deploy/web", "-c", "web", "--",
+        deploy.IMAGE_PYTHON, "-c",
+        "import sys; sys.stdout.write(open('/contrast/tls-config/certChain.pem').read())",
+    ).stdout  # fmt: skip
+    leaf = x509.load_pem_x509_certificates(chain)[0]
+    leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(mesh_ca))
+    print(f"web's mesh certificate: {leaf.subject.rfc4514_string()}, issued by the mesh CA")
     for replica in ("coordinator-0", "coordinator-1", "coordinator-2"):
         log = cluster.kubectl("-n", namespace, "logs", replica).stdout.decode()
-        print(
-            f"{replica}: {[line for line in log.splitlines() if 'recover' in line or 'manifest set' in line]}"
-        )
+        said = [line for line in log.splitlines() if "recover" in line or "manifest set" in line]
+        print(f"{replica}: {said}")
 
     # A replica deleted is recreated by the StatefulSet and rejoins by peer recovery (no
     # `contrast recover`): Ready again, its log says from which peer, and the deployment
