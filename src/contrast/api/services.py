@@ -142,8 +142,10 @@ class UserApiClient:
     ) -> userapi_pb2.SetManifestResponse:
         return self._set_manifest(request, timeout=self.timeout)
 
-    def get_manifests(self) -> userapi_pb2.GetManifestsResponse:
-        return self._get_manifests(userapi_pb2.GetManifestsRequest(), timeout=self.timeout)
+    def get_manifests(self, *, since: bytes = b"") -> userapi_pb2.GetManifestsResponse:
+        """The history; with `since`, from the manifests after that transition (see the proto)."""
+        request = userapi_pb2.GetManifestsRequest(Since=since)
+        return self._get_manifests(request, timeout=self.timeout)
 
     def recover(self, request: userapi_pb2.RecoverRequest) -> userapi_pb2.RecoverResponse:
         return self._recover(request, timeout=self.timeout)

@@ -60,22 +60,28 @@ class SeedShare(_message.Message):
     def __init__(self, PublicKey: _Optional[str] = ..., EncryptedSeed: _Optional[bytes] = ...) -> None: ...
 
 class GetManifestsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("Since",)
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    Since: bytes
+    def __init__(self, Since: _Optional[bytes] = ...) -> None: ...
 
 class GetManifestsResponse(_message.Message):
-    __slots__ = ("Manifests", "Policies", "RootCA", "MeshCA", "LatestTransition")
+    __slots__ = ("Manifests", "Policies", "RootCA", "MeshCA", "LatestTransition", "PreviousTransitionHash", "Generation")
     MANIFESTS_FIELD_NUMBER: _ClassVar[int]
     POLICIES_FIELD_NUMBER: _ClassVar[int]
     ROOTCA_FIELD_NUMBER: _ClassVar[int]
     MESHCA_FIELD_NUMBER: _ClassVar[int]
     LATESTTRANSITION_FIELD_NUMBER: _ClassVar[int]
+    PREVIOUSTRANSITIONHASH_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
     Manifests: _containers.RepeatedScalarFieldContainer[bytes]
     Policies: _containers.RepeatedScalarFieldContainer[bytes]
     RootCA: bytes
     MeshCA: bytes
     LatestTransition: SignedTransition
-    def __init__(self, Manifests: _Optional[_Iterable[bytes]] = ..., Policies: _Optional[_Iterable[bytes]] = ..., RootCA: _Optional[bytes] = ..., MeshCA: _Optional[bytes] = ..., LatestTransition: _Optional[_Union[SignedTransition, _Mapping]] = ...) -> None: ...
+    PreviousTransitionHash: bytes
+    Generation: int
+    def __init__(self, Manifests: _Optional[_Iterable[bytes]] = ..., Policies: _Optional[_Iterable[bytes]] = ..., RootCA: _Optional[bytes] = ..., MeshCA: _Optional[bytes] = ..., LatestTransition: _Optional[_Union[SignedTransition, _Mapping]] = ..., PreviousTransitionHash: _Optional[bytes] = ..., Generation: _Optional[int] = ...) -> None: ...
 
 class SignedTransition(_message.Message):
     __slots__ = ("TransitionHash", "Signature")

@@ -39,7 +39,9 @@ from contrast.client.workspace import (
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
-from contrast.manifest.model import MANIFEST_LIMITS, Manifest
+from contrast.manifest.defaults import unfilled_values
+from contrast.manifest.limits import MANIFEST_LIMITS
+from contrast.manifest.model import Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
 from contrast.seed import threshold
@@ -114,7 +116,7 @@ def set_manifest(
 ) -> SetResult:
     """Attest the Coordinator, then set the local manifest with the resources' policies."""
     manifest, manifest_bytes = load_manifest(target.manifest_path)
-    unfilled = manifest.reference_values.unfilled()
+    unfilled = unfilled_values(manifest.reference_values.model_dump())
     if unfilled:
         raise OperationFailed(
             f"{target.manifest_path} still has expected-missing reference values:"
@@ -142,8 +144,10 @@ def set_manifest(
         request = userapi_pb2.SetManifestRequest(
             Manifest=manifest_bytes, Policies=[policies[h] for h in sorted(manifest.policies)]
         )
+        # Only what followed the head this workspace saw (the whole history without one).
+        since = seen.transition_hash or b""
         try:
-            current = client.get_manifests()
+            current = client.get_manifests(since=since)
         except grpc.RpcError as error:
             if not _no_manifest_yet(error):
                 raise OperationFailed(f"GetManifests failed: {rpc_message(error)}") from None
@@ -151,7 +155,8 @@ def set_manifest(
         previous_shares = None
         if current is not None:
             previous = current.LatestTransition.TransitionHash
-            check_history(seen, current.Manifests, previous)  # never update a rolled-back one
+            # Never update a rolled-back history.
+            check_history(seen, current.Manifests, previous, start=_start(current))
             key = _owner_key(workload_owner_keys)
             request.PreviousTransitionHash = previous
             request.WorkloadOwnerPublicKey = public_key_der(key.public_key())
@@ -160,19 +165,19 @@ def set_manifest(
             request.PreviousTransitionHash = ZERO_HASH
             previous_shares = _previous_seed_shares(workspace)
         response = _call("SetManifest", lambda: client.set_manifest(request))
-        after = _call("GetManifests", client.get_manifests)
+        after = _call("GetManifests", lambda: client.get_manifests(since=since))
     finally:
         connection.close()
     head = after.LatestTransition.TransitionHash
     try:
-        chain = check_history(seen, after.Manifests, head)
+        chain = check_history(seen, after.Manifests, head, start=_start(after))
         replaced = None
     except RolledBack:
         if current is not None:
             raise
         # A first manifest starts a new history: what the workspace saw belongs to another.
         seen, replaced = LastSeen(seen.path, None), seen.transition_hash
-        chain = check_history(seen, after.Manifests, head)
+        chain = check_history(seen, after.Manifests, head, start=_start(after))
     written = [
         workspace.write_public(ROOT_CA, response.RootCA),
         workspace.write_public(MESH_CA, response.MeshCA),
@@ -186,6 +191,11 @@ def set_manifest(
     return SetResult(
         first=current is None, written=written, replaced_history=replaced, kept_seed_shares=kept
     )
+
+
+def _start(history: userapi_pb2.GetManifestsResponse) -> bytes:
+    """The transition the answer's first manifest follows: the root's for a whole history."""
+    return history.PreviousTransitionHash or ZERO_HASH
 
 
 def _previous_seed_shares(workspace: Workspace) -> bytes | None:
@@ -290,30 +300,59 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
     """
     manifest, manifest_bytes = load_manifest(target.manifest_path)
     seen = last_seen(workspace)
+    directory = workspace.verify_dir
+    output = Workspace(directory)
+    since = _verified_until(output, seen)
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
-        history = _call("GetManifests", client.get_manifests)
+        history = _call("GetManifests", lambda: client.get_manifests(since=since))
+        first = history.Generation - len(history.Manifests) if _start(history) != ZERO_HASH else 0
+        head = history.LatestTransition.TransitionHash
+        try:
+            if first > 0 and not output.path(f"manifest.{first - 1}.json").exists():
+                raise RolledBack("verify/ lacks the older manifests")
+            chain = check_history(seen, history.Manifests, head, start=_start(history))
+        except RolledBack:
+            if not since:
+                raise
+            # verify/ lacks the older manifests, or the head the workspace saw is older than
+            # verify/'s: the whole history decides.
+            history = _call("GetManifests", client.get_manifests)
+            first = 0
+            head = history.LatestTransition.TransitionHash
+            chain = check_history(seen, history.Manifests, head)
     finally:
         connection.close()
-    chain = check_history(seen, history.Manifests, history.LatestTransition.TransitionHash)
-    directory = workspace.verify_dir
-    output = Workspace(directory)
     output.write_public(ROOT_CA, history.RootCA)
     output.write_public(MESH_CA, history.MeshCA)
-    for index, document in enumerate(history.Manifests):
+    for index, document in enumerate(history.Manifests, start=first):
         output.write_public(f"manifest.{index}.json", document)
     for policy in history.Policies:
         output.write_public(f"initdata.{digest(policy).hex()}.toml", policy)
     record(output, LastSeen(output.path(LATEST_TRANSITION), None), chain)
     record(workspace, seen, chain)
     active = history.Manifests[-1] if history.Manifests else b""
+    count = first + len(history.Manifests)
     if active != manifest_bytes:
         raise OperationFailed(
             f"the Coordinator's active manifest differs from {target.manifest_path}",
-            hint=f"compare with {directory}/manifest.{len(history.Manifests) - 1}.json",
+            hint=f"compare with {directory}/manifest.{count - 1}.json",
         )
-    return VerifyResult(directory, len(history.Manifests), matches=True, seen=seen)
+    return VerifyResult(directory, count, matches=True, seen=seen)
+
+
+def _verified_until(output: Workspace, seen: LastSeen) -> bytes:
+    """Where verify may start: the head up to which `verify/` holds every manifest (it wrote
+    them with that head), when the workspace remembers a head to check rollback against;
+    otherwise nothing, and the whole history is fetched."""
+    if seen.transition_hash is None:
+        return b""
+    try:
+        verified = last_seen(output)
+    except WorkspaceError:
+        return b""
+    return verified.transition_hash or b""
 
 
 def recover(

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from contrast.client.workspace import LATEST_TRANSITION, Workspace, WorkspaceError, read_file
 from contrast.errors import ContrastError
-from contrast.history.history import HASH_SIZE, transition_hashes
+from contrast.history.history import HASH_SIZE, ZERO_HASH, transition_hashes
 
 # The file holds one hex transition hash and a newline: anything much longer is not one.
 TRANSITION_MAX_BYTES = 1 << 10
@@ -71,13 +71,18 @@ def last_seen(workspace: Workspace) -> LastSeen:
     return LastSeen(path, transition_hash)
 
 
-def check_history(seen: LastSeen, manifests: Sequence[bytes], head: bytes) -> list[bytes]:
+def check_history(
+    seen: LastSeen, manifests: Sequence[bytes], head: bytes, *, start: bytes = ZERO_HASH
+) -> list[bytes]:
     """The chain of transition hashes the Coordinator serves, checked against what was seen.
 
     The manifests must hash to the head the Coordinator reports, and the head the workspace saw
-    must be in the chain (the Coordinator may have moved on, never back).
+    must be in the chain (the Coordinator may have moved on, never back). A chain sent from
+    `start` on (GetManifests with Since) begins with `start`: the hashes link it to the head.
     """
-    chain = transition_hashes(list(manifests))
+    chain = transition_hashes(list(manifests), start=start)
+    if start != ZERO_HASH:
+        chain.insert(0, start)
     if not chain or chain[-1] != head:
         raise HistoryMismatch(
             "the Coordinator's manifests do not hash to the latest transition it reports"

@@ -68,7 +68,7 @@ class UserApi:
     def get_manifests(
         self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.GetManifestsResponse:
-        history = self._coordinator.get_manifests()
+        history = self._coordinator.get_manifests(since=request.Since)
         return userapi_pb2.GetManifestsResponse(
             Manifests=history.manifests,
             Policies=history.policies,
@@ -78,6 +78,8 @@ class UserApi:
                 TransitionHash=history.latest.transition_hash,
                 Signature=history.latest.signature,
             ),
+            PreviousTransitionHash=history.previous_transition_hash,
+            Generation=history.generation,
         )
 
     def recover(

@@ -1,0 +1,83 @@
+"""`set` and `verify` fetch only the manifests after the head the workspace saw (issue 29).
+
+GetManifests with `Since` answers from that transition on, so their cost follows the updates a
+workspace missed, not the history's length; `verify/` still ends up holding every manifest, and
+a request without `Since` (the original's clients) still gets the whole history
+(tests/coordinator/test_large_manifest.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from contrast.coordinator.core import ManifestHistory
+from tests.cli.conftest import WEB, Cluster
+from tests.cli.test_userapi import contrast
+
+UPDATES = 6
+
+
+def watch(cluster: Cluster) -> list[tuple[bytes, int]]:
+    """Record each GetManifests the Coordinator answers: its Since and how many it sent."""
+    coordinator = cluster.servers[-1].coordinator
+    answered: list[tuple[bytes, int]] = []
+    original = coordinator.get_manifests
+
+    def recording(*, since: bytes = b"") -> ManifestHistory:
+        history = original(since=since)
+        answered.append((since, len(history.manifests)))
+        return history
+
+    coordinator.get_manifests = recording  # type: ignore[method-assign]
+    return answered
+
+
+def update(cluster: Cluster, capsys: pytest.CaptureFixture[str], index: int) -> None:
+    path = cluster.workspace / "manifest.json"
+    document = json.loads(path.read_bytes())
+    document["Policies"][WEB.policy_hash.hex()]["SANs"].append(f"web{index}.example")
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    code, _, err = contrast(cluster, capsys, "set")
+    assert code == 0, err
+
+
+def test_set_and_verify_fetch_only_what_followed_and_verify_keeps_every_manifest(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    assert contrast(cluster, capsys, "verify")[0] == 0
+    answered = watch(cluster)
+    manifests = [(cluster.workspace / "verify" / "manifest.0.json").read_bytes()]
+    for index in range(UPDATES):
+        update(cluster, capsys, index)
+        manifests.append((cluster.workspace / "manifest.json").read_bytes())
+    # Each set: one GetManifests before (the active manifest alone) and one after (the new one
+    # alone, after the head the workspace saw).
+    assert [count for _, count in answered] == [1, 1] * UPDATES
+    assert all(since for since, _ in answered)
+
+    answered.clear()
+    code, _, err = contrast(cluster, capsys, "verify")
+    assert code == 0, err
+    # From the head verify/ last held: the UPDATES manifests after it, not the whole history.
+    assert [count for _, count in answered] == [UPDATES]
+    verify = cluster.workspace / "verify"
+    written = [verify / f"manifest.{index}.json" for index in range(UPDATES + 1)]
+    assert [path.read_bytes() for path in written] == manifests
+    assert not (verify / f"manifest.{UPDATES + 1}.json").exists()
+
+
+def test_verify_fetches_the_whole_history_when_verify_lacks_the_older_manifests(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    assert contrast(cluster, capsys, "verify")[0] == 0
+    update(cluster, capsys, 0)
+    update(cluster, capsys, 1)
+    (cluster.workspace / "verify" / "manifest.0.json").unlink()
+    answered = watch(cluster)
+    assert contrast(cluster, capsys, "verify")[0] == 0
+    assert [count for _, count in answered] == [2, 3]
+    assert (cluster.workspace / "verify" / "manifest.0.json").is_file()
