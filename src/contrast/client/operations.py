@@ -39,9 +39,7 @@ from contrast.client.workspace import (
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
-from contrast.manifest.defaults import unfilled_values
-from contrast.manifest.limits import MANIFEST_LIMITS
-from contrast.manifest.model import Manifest
+from contrast.manifest.model import MANIFEST_LIMITS, Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
 from contrast.seed import threshold
@@ -116,7 +114,7 @@ def set_manifest(
 ) -> SetResult:
     """Attest the Coordinator, then set the local manifest with the resources' policies."""
     manifest, manifest_bytes = load_manifest(target.manifest_path)
-    unfilled = unfilled_values(manifest.reference_values.model_dump())
+    unfilled = manifest.reference_values.unfilled()
     if unfilled:
         raise OperationFailed(
             f"{target.manifest_path} still has expected-missing reference values:"
