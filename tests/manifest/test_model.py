@@ -11,6 +11,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest, Role
 from contrast.seed.shares import public_key_hex
+from tests.fresh_python import printed_by
 
 COORDINATOR_HASH = "ab" * 32
 WORKLOAD_HASH = "cd" * 32
@@ -158,8 +159,8 @@ def test_a_draft_may_hold_only_reference_values_and_the_unfilled_come_from_the_t
     assert draft.reference_values.snp[0].reference.minimum_tcb.tee == 3
 
 
-def test_json_that_orjson_refuses_is_read_as_json_reads_it() -> None:
-    # A lone surrogate escape: orjson refuses it, json (and so the manifest, as before) reads it.
+def test_the_manifest_is_read_as_json_reads_it_within_its_bounds() -> None:
+    # A lone surrogate escape: json (and so the manifest, as before) reads it.
     value = document()
     value["Policies"][WORKLOAD_HASH]["SANs"] = ["\ud800"]
     manifest = Manifest.from_bytes(json.dumps(value).encode())
@@ -168,3 +169,17 @@ def test_json_that_orjson_refuses_is_read_as_json_reads_it() -> None:
         Manifest.from_bytes(b"[" * 40 + b"\xff")
     with pytest.raises(ManifestError, match="NaN is not a JSON value"):
         Manifest.from_bytes(b'{"SeedshareThreshold": NaN}')
+
+
+def test_reading_a_manifest_needs_nothing_the_coordinator_image_lacks() -> None:
+    # The Coordinator's image carries no orjson (imagebuild/spec.py); a manifest without a
+    # threshold, checked before, loads neither the TEE modules nor shamir-mnemonic (generate).
+    code = (
+        "import sys, json; from contrast.manifest.model import Manifest;"
+        f" data = json.dumps({document()!r}).encode();"
+        " Manifest.from_bytes(data, checked=True);"
+        " print(*(m in sys.modules for m in ('orjson', 'pydantic', 'shamir_mnemonic',"
+        " 'contrast.attestation.snp.reference')));"
+        " Manifest.from_bytes(data); print('contrast.attestation.snp.reference' in sys.modules)"
+    )
+    assert printed_by(code) == ["False", "False", "False", "False", "True"]

@@ -27,7 +27,7 @@ replaces a file that is not a manifest, and the policy rules against regorus's p
 the entries' reference values loads the modules of every TEE, the largest part of an unchanged
 re-run's start. A manifest's key covers its bytes, the code the check runs (the model and the
 modules it calls: bounded JSON reading, the seed share key check, the SNP and TDX reference
-values) and the versions of the libraries it calls (orjson, cryptography, shamir-mnemonic); the
+values) and the versions of the libraries it calls (cryptography, shamir-mnemonic); the
 rules' key their text, `policy/engine.py` and regorus's version; both with the same format, tool
 and Python versions as above, and a tag keeps the kinds of key apart.
 """
@@ -65,7 +65,7 @@ MANIFEST_CODE = (
     "boundedjson.py",
     "errors.py",
 )
-MANIFEST_LIBRARIES = ("orjson", "cryptography", "shamir-mnemonic")
+MANIFEST_LIBRARIES = ("cryptography", "shamir-mnemonic")
 # And for the rules check (`policy.engine.check_rules`): regorus parses the rules.
 RULES_CODE = ("policy/engine.py", "errors.py")
 RULES_LIBRARIES = ("gordon-to-regorus",)
