@@ -2,7 +2,8 @@
 
 Apart from the verifier (`manifest.verifier`, which reads these entries back), so that `generate`
 writes the entry of its emulated platform without loading the verifiers of every TEE. Each entry
-names the emulated TEE's own roots (`TrustedRoots`), which real evidence never chains to.
+names the emulated TEE's own roots (`TrustedRoots`), which real evidence never chains to; the model
+(`manifest.model`) reads them back as an `SnpEntry` or `TdxEntry` with their roots.
 """
 
 from __future__ import annotations
@@ -19,13 +20,6 @@ if TYPE_CHECKING:
 
     from contrast.attestation.emulated.snp import EmulatedSnp
     from contrast.attestation.emulated.tdx import EmulatedTdx
-
-__all__ = [
-    "EMULATED_SNP",
-    "EMULATED_TDX",
-    "emulated_snp_reference_values",
-    "emulated_tdx_reference_values",
-]
 
 
 def _pem(certificate: x509.Certificate) -> str:
