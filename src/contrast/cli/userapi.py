@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from contrast.client.workspace import (
     Workspace,
 )
 from contrast.errors import ContrastError
+from contrast.manifest.model import Manifest
 from contrast.policy.initdata import Initdata, InitdataError, policy_hash
 
 _POLICY_HASH = re.compile(r"[0-9a-fA-F]{64}")
@@ -203,15 +203,16 @@ def debug_warnings(directory: Path, manifests: int) -> list[str]:
     """
     if manifests < 1:
         return []
-    active = json.loads((directory / f"manifest.{manifests - 1}.json").read_bytes())
-    policies = active.get("Policies") or {}
+    # The Coordinator's active manifest, which it checked when it was set.
+    data = (directory / f"manifest.{manifests - 1}.json").read_bytes()
+    policies = Manifest.from_bytes(data, checked=True).policies
     warnings = []
     for path in sorted(directory.glob("initdata.*.toml")):
         toml = path.read_bytes()
         entry = policies.get(policy_hash(toml).hex())
         if entry is None:
             continue
-        name = entry.get("WorkloadSecretID") or ", ".join(entry.get("SANs") or [])
+        name = entry.workload_secret_id or ", ".join(entry.sans)
         try:
             debug = Initdata.from_toml(toml).insecure_debug
         except InitdataError as error:
