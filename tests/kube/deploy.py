@@ -151,6 +151,16 @@ def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) 
     return changed
 
 
+def renamed(workload: dict[str, Any], name: str) -> dict[str, Any]:
+    """A copy of a Deployment under another name and pod label (its pods its own)."""
+    changed = copy.deepcopy(workload)
+    changed["metadata"]["name"] = name
+    label = {"app.kubernetes.io/name": name}
+    changed["spec"]["selector"]["matchLabels"] = label
+    changed["spec"]["template"]["metadata"]["labels"] = dict(label)
+    return changed
+
+
 class TeeStandIn:
     """One emulated TEE socket on the host for pods of one initdata: the emulated runtime's
     per-pod server, with HOSTDATA = the initdata's policy hash, fixed here and not by the pod."""

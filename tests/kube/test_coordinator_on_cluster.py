@@ -73,6 +73,7 @@ class Deployment:
     workspace: Path
     replacements: Path
     coordinator_hash: str
+    swapped_hash: str  # the policy hash of the pod whose initdata was swapped
 
 
 def run_cli(*arguments: str) -> None:
@@ -140,17 +141,36 @@ def deployment(
     web_tee = deploy.TeeStandIn(
         workspace / "emulated-tee", deploy.pod_initdata(web[0]), root / "tee-web"
     )
+    # The same pod with its initdata swapped after generate (a rule more in its policy): the
+    # runtime's TEE reports that initdata's digest, which no policy of the manifest has.
+    swapped_initdata = deploy.pod_initdata(web[0]).replace(
+        b"package agent_policy", b"package agent_policy\n\ndefault SwappedRequest := true", 1
+    )
+    assert swapped_initdata != deploy.pod_initdata(web[0])
+    assert initdata.policy_hash(swapped_initdata).hex() not in manifest["Policies"]
+    swapped = deploy.renamed(web[0], "web-swapped")
+    annotations = swapped["spec"]["template"]["metadata"]["annotations"]
+    annotations[initdata.ANNOTATION] = initdata.encode_annotation(swapped_initdata)
+    swapped_tee = deploy.TeeStandIn(
+        workspace / "emulated-tee", swapped_initdata, root / "tee-web-swapped"
+    )
     applied = [
         deploy.plain_runc_with_emulated_tee(d, tee.directory) if d is statefulset else d
         for d in documents
-    ] + [deploy.plain_runc_with_emulated_tee(web[0], web_tee.directory)]
+    ] + [
+        deploy.plain_runc_with_emulated_tee(web[0], web_tee.directory),
+        deploy.plain_runc_with_emulated_tee(swapped, swapped_tee.directory),
+    ]
     try:
         cluster.kubectl("apply", "-f", "-", input=deploy.dump(applied))
-        yield Deployment(cluster, namespace, workspace, replacements, coordinator_hash)
+        yield Deployment(
+            cluster, namespace, workspace, replacements, coordinator_hash,
+            initdata.policy_hash(swapped_initdata).hex(),
+        )  # fmt: skip
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        tee.close()
-        web_tee.close()
+        for server in (tee, web_tee, swapped_tee):
+            server.close()
 
 
 def _image_of(replacements: Path, name: str = "coordinator") -> str:
@@ -225,6 +245,19 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     leaf = x509.load_pem_x509_certificates(chain)[0]
     leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(mesh_ca))
     print(f"web's mesh certificate: {leaf.subject.rfc4514_string()}, issued by the mesh CA")
+    # The pod whose initdata was swapped got none: its Initializer was refused for good.
+    refusal = _wait_for_log(
+        cluster, namespace, "deploy/web-swapped", container="contrast-initializer",
+        text="refused a mesh certificate", timeout=READY_TIMEOUT,
+    )  # fmt: skip
+    print(f"web-swapped: {refusal}")
+    assert f"PERMISSION_DENIED: policy hash {deployment.swapped_hash} is not in" in refusal
+    listing = cluster.kubectl(
+        "-n", namespace, "exec", "deploy/web-swapped", "-c", "web", "--",
+        deploy.IMAGE_PYTHON, "-c", "import os; print(os.listdir('/contrast'))", check=False,
+    )  # fmt: skip
+    assert listing.returncode != 0 or "tls-config" not in listing.stdout.decode()
+
     for replica in ("coordinator-0", "coordinator-1", "coordinator-2"):
         log = cluster.kubectl("-n", namespace, "logs", replica).stdout.decode()
         said = [line for line in log.splitlines() if "recover" in line or "manifest set" in line]
@@ -258,3 +291,23 @@ def _uid(cluster: Cluster, namespace: str, pod: str) -> str:
         "-n", namespace, "get", "pod", pod, "-o", "jsonpath={.metadata.uid}", check=False
     )
     return result.stdout.decode().strip() if result.returncode == 0 else ""
+
+
+def _wait_for_log(
+    cluster: Cluster, namespace: str, target: str, *, container: str, text: str, timeout: float
+) -> str:
+    """The first line of `container`'s log (this run's or the previous one's) holding `text`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for previous in ("--previous=false", "--previous=true"):
+            result = cluster.kubectl(
+                "-n", namespace, "logs", target, "-c", container, previous, check=False
+            )
+            for line in result.stdout.decode(errors="replace").splitlines():
+                if text in line:
+                    return line
+        time.sleep(2)
+    pytest.fail(
+        f"{target}/{container}: no {text!r} in {timeout:.0f} s\n"
+        + deploy.describe(cluster, namespace)
+    )
