@@ -77,7 +77,9 @@ class State:
     manifest_bytes: bytes
     authority: CertificateAuthority
     latest: LatestTransition
-    generation: int
+    # How many manifests the history holds; None after a restart until first needed (counting
+    # walks the chain back, one read per past update, so a restart does not).
+    generation: int | None
     verifier: EvidenceVerifier
 
 
@@ -121,7 +123,6 @@ class Handover:
 
 @dataclass(frozen=True)
 class _StoredHistory:
-    chain: list[bytes]  # transition hashes, newest first
     manifest: Manifest  # the active (newest) one
     manifest_bytes: bytes
 
@@ -172,9 +173,29 @@ class Coordinator:
 
     @property
     def generation(self) -> int:
-        """How many manifests the active history holds (0 before the first)."""
+        """How many manifests the active history holds (0 before the first).
+
+        After a restart it is counted once, on first use, by walking the chain back; a state
+        that follows a counted one carries the count on.
+        """
         state = self._state
-        return 0 if state is None else state.generation
+        if state is None:
+            return 0
+        if state.generation is not None:
+            return state.generation
+        try:
+            count = sum(1 for _ in self._history.walk(state.latest.transition_hash))
+        except HistoryError as error:
+            raise stored_state_error(error) from None
+        self._counted(state, count)
+        return count
+
+    def _counted(self, state: State, count: int) -> None:
+        """Keep the count of `state`'s manifests, if it is still the active state."""
+        with self._lock:
+            if self._state is state:
+                self._state = replace(state, generation=count)
+                self.metrics.manifest_generation.set(count)
 
     def _ready_state(self) -> State:
         """The state to answer from: the newest in the history (see the module docstring)."""
@@ -231,7 +252,7 @@ class Coordinator:
                 self._state = replace(current, latest=head)
                 return self._state
             manifest_bytes, manifest = manifests[0]
-            generation = current.generation + len(links)
+            generation = None if current.generation is None else current.generation + len(links)
             try:
                 self._state = self._activate(
                     current.seed,
@@ -244,8 +265,8 @@ class Coordinator:
             except HistoryError as error:
                 raise stored_state_error(error) from None
             log.info(
-                "followed the history to generation %d (a manifest set through another replica)",
-                generation,
+                "followed the history to generation %s (a manifest set through another replica)",
+                generation if generation is not None else "not counted",
             )
             return self._state
 
@@ -320,6 +341,7 @@ class Coordinator:
                     signature=signature,
                 )
             manifest, verifier, documents = self._read_request(manifest_bytes, policies)
+            generation: int | None
             if state is None:
                 seed = SeedEngine.generate()
                 owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
@@ -338,7 +360,8 @@ class Coordinator:
                     )
                 seed, shares = state.seed, None
                 expected_latest = state.latest
-                previous, generation = state.latest.transition_hash, state.generation + 1
+                previous = state.latest.transition_hash
+                generation = None if state.generation is None else state.generation + 1
             try:
                 self._history.put_policies(
                     digest(manifest_bytes),
@@ -493,13 +516,14 @@ class Coordinator:
         manifest_bytes: bytes,
         *,
         latest: LatestTransition,
-        generation: int,
+        generation: int | None,
         verifier: EvidenceVerifier,
         authority: CertificateAuthority | None = None,
     ) -> State:
         if authority is None:
             authority = self._authority_for(seed, latest.transition_hash)
-        self.metrics.manifest_generation.set(generation)
+        if generation is not None:
+            self.metrics.manifest_generation.set(generation)
         return State(seed, manifest, manifest_bytes, authority, latest, generation, verifier)
 
     def _authority_for(self, seed: SeedEngine, transition_hash: bytes) -> CertificateAuthority:
@@ -541,6 +565,8 @@ class Coordinator:
                     previous = transition.previous_transition_hash
                     break
             manifests = [self._history.get_manifest(t.manifest_hash) for t in reversed(links)]
+            if previous == ZERO_HASH and state.generation is None:  # walked to the root
+                self._counted(state, len(links))
             wanted = [bytes.fromhex(h) for h in state.manifest.policies]
             documents = self._history.get_policies(digest(state.manifest_bytes), wanted)
         except HistoryError as error:
@@ -552,7 +578,7 @@ class Coordinator:
             state.authority.mesh_ca_pem,
             state.latest,
             previous_transition_hash=previous,
-            generation=state.generation,
+            generation=self.generation,
         )
 
     def recover(
@@ -581,6 +607,13 @@ class Coordinator:
             try:
                 latest = self._history.get_latest(engine.transaction_signing_key.public_key())
                 stored = self._check_stored_history(latest)
+                # The head the seed share owner last saw must be in the stored chain: a newer
+                # head is a legitimate update, a missing one means the store was rolled back or
+                # replaced. The walk stops at it: usually the head itself, or a few updates back.
+                contains = not expected_transition_hash or any(
+                    transition_hash == expected_transition_hash
+                    for transition_hash, _ in self._history.walk(latest.transition_hash)
+                )
             except BadSignature:
                 raise PermissionDenied(
                     "the seed does not belong to this Coordinator's history",
@@ -588,9 +621,7 @@ class Coordinator:
                 ) from None
             except HistoryError as error:
                 raise stored_state_error(error) from None
-            # The head the seed share owner last saw must be in the stored chain: a newer head
-            # is a legitimate update, a missing one means the store was rolled back or replaced.
-            if expected_transition_hash and expected_transition_hash not in stored.chain:
+            if not contains:
                 raise PermissionDenied(
                     "the stored history does not contain the transition you last verified:"
                     " the Coordinator's state was rolled back or replaced",
@@ -602,7 +633,7 @@ class Coordinator:
                     stored.manifest,
                     stored.manifest_bytes,
                     latest=latest,
-                    generation=len(stored.chain),
+                    generation=None,
                     verifier=self._verifier_for(stored.manifest),
                 )
             except HistoryError as error:
@@ -615,24 +646,28 @@ class Coordinator:
                     )
             self._state = state
             self._recovering = False
+        # Ready without it: the count (for the metric) is walked in the background.
+        threading.Thread(target=self._count_quietly, name="count-generation", daemon=True).start()
+
+    def _count_quietly(self) -> None:
+        try:
+            self.generation  # noqa: B018  (counted and kept by the property)
+        except (StoredStateDamaged, StateUnavailable) as error:
+            log.warning("cannot count the history's manifests: %s", error.explain())
 
     def _check_stored_history(self, latest: LatestTransition) -> _StoredHistory:
         """Read back what the signed head serves, so recovery ends with a servable state.
 
-        Every transition of the chain must be present and hash to its name (the history checks
-        that on each read; 64 bytes each), and the active manifest and every policy document it
-        lists must be, and the manifest must be valid: a Coordinator that left recovery mode with
-        a gap would issue certificates and then fail every GetManifests. Older manifests are
+        The head's transition, the active manifest and every policy document it lists must be
+        present and hash to their names (the history checks that on each read), and the
+        manifest must be valid: a Coordinator that left recovery mode with a gap would issue
+        certificates and then fail every GetManifests. Older transitions and manifests are
         re-hashed when a GetManifests reads them (only their bytes are served), so a restart
-        does not read every manifest ever set.
+        costs the same after 1000 updates as after one.
         """
-        chain = list(self._history.walk(latest.transition_hash))
-        manifest_bytes, manifest = self._read_manifests([chain[0][1]])[0]
-        return _StoredHistory(
-            chain=[transition_hash for transition_hash, _ in chain],
-            manifest=manifest,
-            manifest_bytes=manifest_bytes,
-        )
+        head = self._history.get_transition(latest.transition_hash)
+        manifest_bytes, manifest = self._read_manifests([head])[0]
+        return _StoredHistory(manifest=manifest, manifest_bytes=manifest_bytes)
 
     def stored_manifest_unverified(self) -> tuple[bytes, Manifest] | None:
         """The head's transition hash and manifest, NOT verified: what a peer must attest to.
