@@ -32,6 +32,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_release_images.py", [], "release image build, sizes, Coordinator container start"),
     ("bench_cluster.py", [], "the test cluster's start with cached binaries (root)"),
     ("bench_history_api.py", [], "the history head on the real API server against files (root)"),
+    ("bench_history_scale.py", [], "SetManifest at 10 000 policies; history at update 1 vs 1000"),
 ]
 SLOW = {
     ("bench_generate.py", "1000"),
@@ -41,6 +42,7 @@ SLOW = {
     ("bench_release_images.py", ""),
     ("bench_cluster.py", ""),
     ("bench_history_api.py", ""),
+    ("bench_history_scale.py", ""),
 }
 
 
