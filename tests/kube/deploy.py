@@ -50,35 +50,10 @@ IMAGE_PYTHON = "/usr/bin/python3.11"
 # The containers that attest: the Coordinator's and the Initializer `generate` injects.
 TEE_CONTAINERS = ("coordinator", "contrast-initializer")
 
-# The port-forwarder's program: the original runs socat (`TCP-LISTEN:PORT,fork TCP:HOST:PORT`)
-# in an image of its own; here the same relay in the Coordinator's release image, whose only
-# interpreter is Python (the images have no shell and no socat). One relay per listed port.
-FORWARDER = """
-import asyncio, os
-async def pipe(reader, writer):
-    try:
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    finally:
-        writer.close()
-async def main():
-    host = os.environ["FORWARD_HOST"]
-    async def relay(port):
-        async def connected(reader, writer):
-            try:
-                upstream_reader, upstream_writer = await asyncio.open_connection(host, port)
-            except OSError:
-                writer.close()
-                return
-            await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer),
-                                 return_exceptions=True)
-        server = await asyncio.start_server(connected, "0.0.0.0", port)
-        await server.serve_forever()
-    ports = [int(p) for p in os.environ["LISTEN_PORTS"].split()]
-    await asyncio.gather(*(relay(p) for p in ports))
-asyncio.run(main())
-"""
+# The user's port-forwarder pod (the original's, with a Python relay in place of socat).
+FORWARDER_YAML = (
+    Path(__file__).resolve().parents[2] / "examples/kubernetes/port-forwarder-coordinator.yml"
+)
 
 
 def push_release(layout: Path, registry: str, directory: Path) -> Path:
@@ -258,37 +233,15 @@ def describe(cluster: Cluster, namespace: str) -> str:
     return "\n".join(parts)
 
 
-def forwarder_pod(
-    namespace: str, image: str, ports: list[int], host: str = "coordinator"
-) -> dict[str, Any]:
-    """The original's `port-forwarder-coordinator` pod (its deployment docs), with a Python relay
-    in place of socat: not a confidential pod (no runtimeClassName), it only relays bytes that
-    the CLI protects with attested TLS end to end."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": FORWARDER_NAME,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": FORWARDER_NAME},
-        },
-        "spec": {
-            "containers": [
-                {
-                    "name": "port-forwarder",
-                    "image": image,
-                    "command": [IMAGE_PYTHON, "-I", "-c", FORWARDER],
-                    "env": [
-                        {"name": "LISTEN_PORTS", "value": " ".join(map(str, ports))},
-                        {"name": "FORWARD_HOST", "value": host},
-                    ],
-                    "ports": [{"containerPort": port} for port in ports],
-                    "readinessProbe": {"tcpSocket": {"port": ports[0]}, "periodSeconds": 1},
-                    "resources": {"limits": {"memory": "50Mi"}, "requests": {"memory": "50Mi"}},
-                }
-            ]
-        },
-    }
+def forwarder_pod(namespace: str, image: str) -> dict[str, Any]:
+    """examples/kubernetes/port-forwarder-coordinator.yml as the user applies it, in `namespace`
+    and with the release image replaced by `image` (the pushed digest)."""
+    (pod,) = documents_of(FORWARDER_YAML.read_text())
+    pod["metadata"]["namespace"] = namespace
+    (container,) = pod["spec"]["containers"]
+    assert container["image"].startswith(RELEASE_PREFIX + "coordinator:")
+    container["image"] = image
+    return pod
 
 
 @contextlib.contextmanager

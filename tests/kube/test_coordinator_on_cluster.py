@@ -208,7 +208,7 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     assert len(ids) == 3
     assert {image_id.rpartition("@")[2] for image_id in ids} == {pushed.rpartition("@")[2]}
 
-    forwarder = deploy.forwarder_pod(namespace, pushed, [deploy.USER_API_PORT])
+    forwarder = deploy.forwarder_pod(namespace, pushed)
     cluster.kubectl("apply", "-f", "-", input=deploy.dump([forwarder]))
     deploy.wait_ready(cluster, namespace, f"app.kubernetes.io/name={deploy.FORWARDER_NAME}", 1, 120)
 
