@@ -3,15 +3,17 @@
 The release images go into the cluster's registry by digest (`push_release`, skopeo from the OCI
 layout `contrast-build-images` writes), the resources are what `contrast coordinator-resources` and
 `contrast generate` print, applied with kubectl, and the user reaches the Coordinator the way the
-original's docs say: through a `port-forwarder-coordinator` pod and `kubectl port-forward`
-(`PortForward`), since Kata pods do not support `kubectl port-forward` themselves.
+original's docs say: through the `port-forwarder-coordinator` pod of
+examples/kubernetes/port-forwarder-coordinator.yml and `kubectl port-forward` (`port_forward`),
+since Kata pods do not support `kubectl port-forward` themselves.
 
 One part is a stand-in, and says so: `plain_runc_with_emulated_tee`. The emulated confidential
 runtime (`contrast runtime --platform emulated-snp`) is installed by its node-installer
 DaemonSet, which writes the host's containerd config and restarts containerd through systemd; the
 test cluster's containerd is a process of `scripts/cluster.sh` with its config under the
-cluster's folder, so that DaemonSet cannot install it there. Until it can, the Coordinator pods
-run on the cluster's plain runc, and a TEE server of the test (`TeeStandIn`) serves the emulated
+cluster's folder, so that DaemonSet cannot install it there (and the launcher it installs names
+the node's /usr/bin/python3 by default, which has no Contrast here). Until it can, the pods run on
+the cluster's plain runc, and a TEE server of the test (`TeeStandIn`) serves the emulated
 TEE's socket into them from the host, its HOSTDATA fixed from the pod's initdata annotation as the
 emulated runtime fixes it. What plain runc does not do: check any container against its policy.
 """
