@@ -28,11 +28,11 @@ from tests.generate.conftest import GenerateWorkspace
 PINNED = {
     "sidecar-tls": (
         "emulated-snp",
-        "c1835388dadc86dcce7da87e595e461f9d803d87783f7aa161320bec403997d8",
+        "eb5107d9d36bbb45b53fa888a6f6ad262e900095eeeb5a26207e58767cda2354",
     ),
     "kustomize-app": (
         "emulated-tdx",
-        "ccab18d0361c148161f5799d8eb4c559695c4c5f93e001400efb59fb80b51b7e",
+        "3e47a8100abd1cc063ed1ca3d0fd5600ba30ec68077eb1f8716fa6358cc894be",
     ),
     "multi-runtime": (
         "metal-qemu-snp",
@@ -44,12 +44,12 @@ PINNED = {
     ),
     "deployments": (
         "emulated-snp",
-        "d675b6544c011316896eef84a025e710a3e3f5d8debe0a6f25605829d2cff04d",
+        "3383677846c104726358a952bded510b1e8133a9355d1eeb21c18ac430b6f7d9",
     ),
     # Each variant takes the fast way or ruamel's (yamlrtload, yamlrtdump).
     "variants": (
         "emulated-snp",
-        "15ecc88c8aea274df1154d6706c9bc72dbcd44151cd96a060eec24e18e82bc31",
+        "f2341873434e7507b9391f08eba440d88b2ed8de42033ee2a413c2d093a7b8e0",
     ),
 }
 

@@ -109,9 +109,9 @@ def pod_initdata(workload: dict[str, Any]) -> bytes:
 
 def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) -> dict[str, Any]:
     """The workload as the test runs it in place of the emulated runtime (see the module's
-    docstring): no runtimeClassName (the cluster's runc), the stand-in's socket directory
-    mounted where the emulated runtime mounts the pod's, and `CONTRAST_TEE=emulated` on the
-    Coordinator and the Initializer (the release YAML says `hardware` or nothing, its default)."""
+    docstring): no runtimeClassName (the cluster's runc) and the stand-in's socket directory
+    mounted where the emulated runtime mounts the pod's. Nothing else changes: the Coordinator
+    and the Initializer already say `CONTRAST_TEE=emulated`, as written for emulated-snp."""
     changed = copy.deepcopy(workload)
     pod = changed["spec"]["template"]["spec"]
     pod.pop("runtimeClassName", None)
@@ -123,8 +123,8 @@ def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) 
             {"name": TEE_VOLUME, "mountPath": CONTAINER_DIRECTORY, "readOnly": True}
         )
         if container["name"] in TEE_CONTAINERS:
-            env = [v for v in container.get("env", []) if v["name"] != "CONTRAST_TEE"]
-            container["env"] = [*env, {"name": "CONTRAST_TEE", "value": "emulated"}]
+            tee = [v for v in container.get("env", []) if v["name"] == "CONTRAST_TEE"]
+            assert tee == [{"name": "CONTRAST_TEE", "value": "emulated"}], container
     return changed
 
 

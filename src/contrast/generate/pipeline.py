@@ -338,6 +338,7 @@ class _Edit:
             coordinator_namespace=self.coordinator_namespace,
             skip_initializer=self.options.skip_initializer,
             skip_service_mesh=self.options.skip_service_mesh,
+            emulated=self.platform.emulated,
         )
         if self.options.insecure_debug_shell:
             debugshell.inject(workload)

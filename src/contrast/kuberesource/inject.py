@@ -36,6 +36,10 @@ SERVICE_MESH_NAME = "contrast-service-mesh"
 SECRETS_VOLUME = "contrast-secrets"
 SECRETS_MOUNT_PATH = "/contrast"
 COORDINATOR_HOST_ENV = "COORDINATOR_HOST"
+# Where the Initializer's evidence comes from (cli/components.py): on the emulated platforms the
+# emulated runtime's per-pod socket; elsewhere the default, the hardware's device.
+TEE_ENV = "CONTRAST_TEE"
+EMULATED_TEE = "emulated"
 SERVICE_MESH_DISABLED_ENV = "CONTRAST_SERVICE_MESH_DISABLED"
 COORDINATOR_READY_SERVICE = "coordinator-ready"
 ADMIN_PORT_NAME = "contrast-admin"
@@ -80,13 +84,20 @@ def _secrets_mount() -> dict[str, Any]:
 
 
 def initializer_container(
-    namespace: str, *, service_mesh: bool, secure_pv: securepv.SecurePv | None = None
+    namespace: str,
+    *,
+    service_mesh: bool,
+    secure_pv: securepv.SecurePv | None = None,
+    emulated: bool = False,
 ) -> dict[str, Any]:
     """The Initializer as `contrast initializer` expects to be run (cli/components.py); with
-    `secure_pv`, also as the keeper of the encrypted volume (securepv.py)."""
+    `secure_pv`, also as the keeper of the encrypted volume (securepv.py); on an emulated
+    platform with the emulated runtime's TEE socket (`CONTRAST_TEE=emulated`)."""
     env = [{"name": COORDINATOR_HOST_ENV, "value": coordinator_host(namespace)}]
     if not service_mesh:
         env.append({"name": SERVICE_MESH_DISABLED_ENV, "value": "true"})
+    if emulated:
+        env.append({"name": TEE_ENV, "value": EMULATED_TEE})
     container: dict[str, Any] = {
         "name": INITIALIZER_NAME,
         "image": INITIALIZER_IMAGE,
@@ -263,7 +274,9 @@ def ensure_secrets_volume(workload: Workload) -> bool:
     return changed
 
 
-def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool) -> bool:
+def inject_initializer(
+    workload: Workload, namespace: str, *, service_mesh: bool, emulated: bool = False
+) -> bool:
     """Add the Initializer as the first init container, plus its volume; whether it changed.
 
     `service_mesh` says whether the pod gets the sidecar; without it the Initializer itself
@@ -273,7 +286,9 @@ def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool
     where = workload.describe()
     pv = securepv.prepare(workload, INITIALIZER_NAME)
     init_containers = _list(workload.pod_spec, "initContainers", where)
-    wanted = initializer_container(namespace, service_mesh=service_mesh, secure_pv=pv)
+    wanted = initializer_container(
+        namespace, service_mesh=service_mesh, secure_pv=pv, emulated=emulated
+    )
     index = _index(init_containers, INITIALIZER_NAME)
     if index is None:
         init_containers.insert(0, wanted)
@@ -287,6 +302,7 @@ def inject_initializer(workload: Workload, namespace: str, *, service_mesh: bool
         changed = _set_env(existing, COORDINATOR_HOST_ENV, coordinator_host(namespace))
         disabled = None if service_mesh else "true"
         changed |= _set_env(existing, SERVICE_MESH_DISABLED_ENV, disabled)
+        changed |= _set_env(existing, TEE_ENV, EMULATED_TEE if emulated else None)
     return ensure_secrets_volume(workload) or changed
 
 
@@ -339,6 +355,7 @@ def inject(
     coordinator_namespace: str,
     skip_initializer: bool = False,
     skip_service_mesh: bool = False,
+    emulated: bool = False,
 ) -> bool:
     """Everything a confidential pod gets; whether the pod changed.
 
@@ -348,7 +365,9 @@ def inject(
     changed = False
     mesh = wants_service_mesh(workload, skip_service_mesh=skip_service_mesh)
     if wants_initializer(workload, skip_initializer=skip_initializer):
-        changed |= inject_initializer(workload, coordinator_namespace, service_mesh=mesh)
+        changed |= inject_initializer(
+            workload, coordinator_namespace, service_mesh=mesh, emulated=emulated
+        )
     elif securepv.SecurePv.from_workload(workload) is not None:
         raise InjectionError(
             f"{workload.describe()}: annotation {securepv.SECURE_PV_ANNOTATION} needs the"

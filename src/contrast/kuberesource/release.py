@@ -282,7 +282,8 @@ def coordinator_resources(
         "name": "coordinator",
         "image": image,
         "args": ["coordinator", "--history", str(history)],
-        "env": [{"name": "CONTRAST_TEE", "value": "hardware"}],
+        # On an emulated platform the TEE is the emulated runtime's socket in the pod.
+        "env": [{"name": "CONTRAST_TEE", "value": "emulated" if platform.emulated else "hardware"}],
         "ports": _ports(),
         "resources": {"limits": {"memory": "200Mi"}, "requests": {"memory": "200Mi"}},
         "startupProbe": probe("/probe/startup", 1, 60),
