@@ -16,16 +16,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from contrast import runtimehashes
+from contrast.attestation.tee import Tee
 from contrast.errors import ContrastError
 
 RUNTIME_CLASS_PREFIX = "contrast-cc"
 SHIM_MEMORY_MIB = 70
 VMM_MEMORY_MIB = 100
-
-
-class Tee(StrEnum):
-    SNP = "snp"
-    TDX = "tdx"
 
 
 class Hypervisor(StrEnum):

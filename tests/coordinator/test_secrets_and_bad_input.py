@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from contrast.atls.reportdata import public_key_der
 from contrast.attestation.emulated.snp import EmulatedSnp
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence, Tee
 from contrast.coordinator.core import Coordinator
 from contrast.coordinator.errors import CoordinatorError, InvalidRequest, PermissionDenied
 from contrast.manifest.ownership import sign_update
@@ -61,14 +61,14 @@ def ready_coordinator(
 
 @settings(max_examples=100)
 @given(
-    platform=st.sampled_from(list(Platform)),
+    platform=st.sampled_from(list(Tee)),
     report=st.binary(max_size=2000),
     endorsements=st.lists(st.binary(max_size=300), max_size=3),
     public_key=st.one_of(st.just(VALID_KEY), st.binary(max_size=200)),
 )
 def test_garbage_mesh_requests_get_typed_refusals(
     ready_coordinator: Coordinator,
-    platform: Platform,
+    platform: Tee,
     report: bytes,
     endorsements: list[bytes],
     public_key: bytes,

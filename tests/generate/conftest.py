@@ -21,9 +21,10 @@ from ruamel.yaml import YAML
 from contrast.attestation.snp.reference import SnpReferenceValues
 from contrast.attestation.snp.report import Product
 from contrast.attestation.tdx.reference import TdxReferenceValues
+from contrast.attestation.tee import Tee
 from contrast.cli.main import main
 from contrast.kuberesource import release
-from contrast.platforms import PLATFORMS, Tee
+from contrast.platforms import PLATFORMS
 from tests.images import imagebuild
 
 EXAMPLES = Path(__file__).parent / "examples"

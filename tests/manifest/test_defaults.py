@@ -17,6 +17,7 @@ from contrast.attestation.tdx.measure import (
     mrtd,
     predict,
 )
+from contrast.attestation.tee import Tee
 from contrast.manifest import verifier
 from contrast.manifest.defaults import (
     ReferenceValuesUnavailable,
@@ -28,7 +29,7 @@ from contrast.manifest.defaults import (
     update_embedded,
 )
 from contrast.manifest.model import Manifest, ReferenceValues, SnpEntry, TdxEntry
-from contrast.platforms import PLATFORMS, Platform, Tee, by_name
+from contrast.platforms import PLATFORMS, Platform, by_name
 from tests.attestation.tdx.test_measure import _firmware, _pe
 from tests.conftest import ATTESTATION_DATA, require_shared
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contrast.api import evidence_pb2, userapi_pb2
 from contrast.attestation.errors import MalformedEvidence, Reason
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence, Tee
 from contrast.seed.shares import SeedShare, SeedShareDocument
 
 
@@ -18,7 +18,7 @@ def evidence_to_proto(evidence: Evidence) -> evidence_pb2.Evidence:
 
 def evidence_from_proto(message: evidence_pb2.Evidence) -> Evidence:
     try:
-        platform = Platform(message.Platform)
+        platform = Tee(message.Platform)
     except ValueError:
         raise MalformedEvidence(
             Reason.MALFORMED_REPORT, f"unknown evidence platform {message.Platform[:40]!r}"

@@ -11,7 +11,7 @@ from pathlib import Path
 from contrast.attestation.emulated.endpoint import DEFAULT_SOCKET, SOCKET_ENV, SocketIssuer
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence, Tee
 from contrast.attestation.guest import issuer as guest
 from contrast.errors import ContrastError
 
@@ -38,7 +38,7 @@ class EmulatedSnpIssuer:
 
     def issue(self, report_data: bytes) -> Evidence:
         report, endorsements = self.tee.issue(report_data, self.policy_hash)
-        return Evidence(Platform.SNP, report, tuple(endorsements))
+        return Evidence(Tee.SNP, report, tuple(endorsements))
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class EmulatedTdxIssuer:
         quote = self.tee.issue(report_data, mr_config_id)
         # The collateral a QGS would hand out with the quote (TCB info, QE identity, CRLs).
         collateral = self.tee.collateral_files(now=datetime.now(UTC))
-        return Evidence(Platform.TDX, quote, tuple(collateral))
+        return Evidence(Tee.TDX, quote, tuple(collateral))
 
 
 class HardwareIssuer:

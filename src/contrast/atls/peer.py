@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence, Tee
 
 
 @dataclass(frozen=True)
 class AttestedPeer:
     """What verified evidence tells about its sender."""
 
-    platform: Platform
+    platform: Tee
     # SNP HOST_DATA, or the first 32 bytes of TDX MRCONFIGID: the hash of the peer's policy.
     policy_hash: bytes
     claims: Mapping[str, Any]

@@ -14,18 +14,24 @@ SNP_REPORT_SIZE = 0x4A0
 TDX_TEE_TYPE = 0x81
 
 
-class Platform(StrEnum):
+class Tee(StrEnum):
+    """The TEE a piece of evidence, or a platform, is made of: the one enum for both.
+
+    Here rather than in `contrast.platforms` because attestation sits below platforms: the
+    platforms table imports it, attestation never imports the platforms.
+    """
+
     SNP = "snp"
     TDX = "tdx"
 
 
-def detect_platform(data: bytes) -> Platform:
+def detect_platform(data: bytes) -> Tee:
     """Tell an SNP report from a TDX quote by their fixed headers."""
     is_quote_version = len(data) >= 8 and int.from_bytes(data[0:2], "little") in (4, 5)
     if is_quote_version and int.from_bytes(data[4:8], "little") == TDX_TEE_TYPE:
-        return Platform.TDX
+        return Tee.TDX
     if len(data) == SNP_REPORT_SIZE and int.from_bytes(data[0:4], "little") in range(2, 6):
-        return Platform.SNP
+        return Tee.SNP
     raise MalformedEvidence(
         Reason.MALFORMED_REPORT,
         f"cannot tell what kind of evidence this is ({len(data)} bytes):"

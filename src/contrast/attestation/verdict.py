@@ -18,7 +18,7 @@ from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore
-from contrast.attestation.tee import Platform
+from contrast.attestation.tee import Tee
 from contrast.errors import ContrastError
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ _Roots = TypeVar("_Roots", AmdRootStore, "IntelRootStore")
 class Verdict:
     """The outcome of verifying one piece of evidence."""
 
-    platform: Platform
+    platform: Tee
     reason: Reason | None = None
     detail: str | None = None
     claims: Mapping[str, Any] | None = field(default=None)
@@ -72,8 +72,8 @@ def verify_snp(
             crl=crl,
         )
     except AttestationError as error:
-        return Verdict(Platform.SNP, error.reason, error.explain())
-    return Verdict(Platform.SNP, claims=verified.claims())
+        return Verdict(Tee.SNP, error.reason, error.explain())
+    return Verdict(Tee.SNP, claims=verified.claims())
 
 
 def verify_tdx(
@@ -96,8 +96,8 @@ def verify_tdx(
         bundle = load_collateral(collateral) if collateral else None
         verified = tdx_verify.verify_quote_bytes(quote, now=now, roots=roots, collateral=bundle)
     except AttestationError as error:
-        return Verdict(Platform.TDX, error.reason, error.explain())
-    return Verdict(Platform.TDX, claims=verified.claims())
+        return Verdict(Tee.TDX, error.reason, error.explain())
+    return Verdict(Tee.TDX, claims=verified.claims())
 
 
 def emulated_snp_roots(state_dir: Path) -> AmdRootStore:

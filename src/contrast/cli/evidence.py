@@ -38,7 +38,7 @@ def register(commands: Any) -> None:
     verify.add_argument("file", type=Path, help="the report (1184 bytes) or quote")
     verify.add_argument(
         "--format",
-        choices=[platform.value for platform in tee.Platform],
+        choices=[platform.value for platform in tee.Tee],
         help="kind of evidence (default: detected from the bytes)",
     )
     verify.add_argument(
@@ -81,9 +81,9 @@ def register(commands: Any) -> None:
 def run_verify(arguments: argparse.Namespace) -> int:
     data = _read(arguments.file, "evidence", EVIDENCE_MAX_BYTES)
     now: datetime = arguments.at or datetime.now(UTC)
-    platform = tee.Platform(arguments.format) if arguments.format else tee.detect_platform(data)
+    platform = tee.Tee(arguments.format) if arguments.format else tee.detect_platform(data)
     state: Path | None = arguments.emulated_roots
-    if platform is tee.Platform.SNP:
+    if platform is tee.Tee.SNP:
         verdict = verdicts.verify_snp(
             data,
             endorsements=[

@@ -17,6 +17,7 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
+from contrast.attestation.tee import Tee
 from contrast.boundedfile import read_bounded, too_large
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.errors import ContrastError
@@ -24,7 +25,7 @@ from contrast.history.backends import HistoryBackend
 from contrast.kata.build import BuildRequest, build_runtime
 from contrast.kuberesource import release, releaseimages, yamlio
 from contrast.manifest import defaults
-from contrast.platforms import PLATFORMS, Tee, by_name
+from contrast.platforms import PLATFORMS, by_name
 
 # Bounds on the guest image files `reference-values` measures in memory (TDX) and on the event
 # log it replays, far above real ones: TDVF is 4 MiB, Kata's kernel about 10 MiB, its initrd

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from contrast.attestation.tee import Tee
 from contrast.generate.errors import GenerateError
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import ReferenceValues
-from contrast.platforms import Platform, Tee
+from contrast.platforms import Platform
 
 # Reference values by TEE kind as `contrast runtime reference-values` writes them.
 ReferenceValueSet = dict[str, list[dict[str, Any]]]

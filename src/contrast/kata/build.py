@@ -35,6 +35,7 @@ from typing import Any
 
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
+from contrast.attestation.tee import Tee
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.kata import cmdline, config, layout
@@ -55,7 +56,7 @@ from contrast.nodeinstaller.runtime import (
     RuntimeDescription,
     stamp_artefact,
 )
-from contrast.platforms import Platform, Tee
+from contrast.platforms import Platform
 
 RUNTIMES = "runtimes"
 MAX_CONFIG_SIZE = 1 << 20  # a Kata configuration is some 30 KB

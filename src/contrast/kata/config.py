@@ -29,9 +29,10 @@ from typing import Any
 import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
+from contrast.attestation.tee import Tee
 from contrast.kata.errors import KataReleaseError
 from contrast.nodeinstaller import tomldepth
-from contrast.platforms import Platform, Tee
+from contrast.platforms import Platform
 
 HYPERVISOR = "qemu"
 AGENT = "kata"

@@ -47,11 +47,12 @@ from contrast.attestation.tdx.reference import (
     SEPT_VE_DISABLE_ONLY,
     TdxReferenceValues,
 )
+from contrast.attestation.tee import Tee
 from contrast.boundedfile import read_bounded
 from contrast.files import write_atomically
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import MINIMUM_TCB_FIELDS, PLATFORM, TdxEntry
-from contrast.platforms import Hypervisor, Platform, Tee, from_runtime_class
+from contrast.platforms import Hypervisor, Platform, from_runtime_class
 
 ASSET = "reference-values.json"
 # A reference values file is read whole (`contrast.boundedfile`): a release's is about 20 KiB.

@@ -16,7 +16,7 @@ from datetime import datetime
 from contrast.atls.peer import AttestedPeer
 from contrast.attestation import certificates
 from contrast.attestation.errors import AttestationError, Reason, ReferenceMismatch
-from contrast.attestation.evidence import Evidence, Platform
+from contrast.attestation.evidence import Evidence, Tee
 from contrast.attestation.snp import reference as snp_reference
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
@@ -86,7 +86,7 @@ class ManifestVerifier:
         self._allowed = None if allowed_policy_hashes is None else frozenset(allowed_policy_hashes)
 
     def verify(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
-        if evidence.platform is Platform.SNP:
+        if evidence.platform is Tee.SNP:
             peer = self._verify_snp(evidence, report_data=report_data, now=now)
         else:
             peer = self._verify_tdx(evidence, report_data=report_data, now=now)
@@ -121,7 +121,7 @@ class ManifestVerifier:
                 failures.append(error)
                 continue
             _check_report_data(verified.report.report_data, report_data)
-            return AttestedPeer(Platform.SNP, verified.report.host_data, verified.claims())
+            return AttestedPeer(Tee.SNP, verified.report.host_data, verified.claims())
         raise _most_telling(failures)
 
     def _verify_tdx(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
@@ -145,9 +145,7 @@ class ManifestVerifier:
                 raise ReferenceMismatch(
                     "MrConfigId[32:48]", "zero (a 32-byte policy hash)", body.mr_config_id.hex()
                 )
-            return AttestedPeer(
-                Platform.TDX, body.mr_config_id[:POLICY_HASH_SIZE], verified.claims()
-            )
+            return AttestedPeer(Tee.TDX, body.mr_config_id[:POLICY_HASH_SIZE], verified.claims())
         raise _most_telling(failures)
 
 

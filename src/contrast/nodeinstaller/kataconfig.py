@@ -14,6 +14,7 @@ from typing import Any
 
 import tomli_w
 
+from contrast.attestation.tee import Tee
 from contrast.nodeinstaller.errors import NodeInstallerError
 from contrast.nodeinstaller.runtime import (
     RUNTIME_NAME_PLACEHOLDER,
@@ -21,7 +22,7 @@ from contrast.nodeinstaller.runtime import (
     RuntimeDescription,
     install_path,
 )
-from contrast.platforms import Hypervisor, Platform, Tee
+from contrast.platforms import Hypervisor, Platform
 
 HEADER = (
     "# Kata Containers configuration of runtime {name}.\n"

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from contrast.attestation.errors import EvidenceUnavailable, Reason
-from contrast.attestation.evidence import Platform
+from contrast.attestation.evidence import Tee
 from contrast.attestation.guest import configfs
 from contrast.errors import ContrastError
 from tests.attestation.guest.fakes import (
@@ -39,7 +39,7 @@ def test_snp_report_and_certificate_table(tmp_path: Path) -> None:
     report = configfs.get_report(REPORT_DATA, root=tmp_path, filesystem=kernel)
 
     assert report.provider == "sev_guest"
-    assert report.platform is Platform.SNP
+    assert report.platform is Tee.SNP
     assert report.outblob == with_report_data(snp_report(), 0x50, REPORT_DATA)
     assert report.auxblob == table
     assert kernel.writes == [("inblob", REPORT_DATA)]
@@ -56,7 +56,7 @@ def test_tdx_quote_has_no_auxblob(tmp_path: Path) -> None:
 
     report = configfs.get_report(REPORT_DATA, root=tmp_path, filesystem=kernel)
 
-    assert report.platform is Platform.TDX
+    assert report.platform is Tee.TDX
     assert report.outblob == with_report_data(
         tdx_quote(), TDX_QUOTE_REPORT_DATA_OFFSET, REPORT_DATA
     )

@@ -13,7 +13,7 @@ import pytest
 from contrast.attestation import certificates
 from contrast.attestation.certificates import parse_time
 from contrast.attestation.errors import EvidenceUnavailable, MalformedEvidence, Reason
-from contrast.attestation.evidence import Platform
+from contrast.attestation.evidence import Tee
 from contrast.attestation.guest import issuer
 from contrast.attestation.guest.issuer import EvidenceFormat, GuestEvidence
 from contrast.attestation.snp import trust, verify
@@ -61,7 +61,7 @@ def test_configfs_comes_first(configfs_root: Path, dev_dir: Path) -> None:
         REPORT_DATA, configfs_root=configfs_root, dev_dir=dev_dir, filesystem=kernel, ioctl=sev
     )
 
-    assert evidence.platform is Platform.SNP
+    assert evidence.platform is Tee.SNP
     assert evidence.format is EvidenceFormat.SNP_REPORT
     assert evidence.source == "configfs-tsm (sev_guest)"
     assert evidence.evidence[0x50:0x90] == REPORT_DATA
@@ -113,7 +113,7 @@ def test_tdx_guest_gives_a_tdreport(tmp_path: Path, dev_dir: Path) -> None:
         REPORT_DATA, configfs_root=tmp_path / "none", dev_dir=dev_dir, ioctl=FakeTdxGuest()
     )
 
-    assert evidence.platform is Platform.TDX
+    assert evidence.platform is Tee.TDX
     assert evidence.format is EvidenceFormat.TDREPORT
     assert evidence.evidence[128:192] == REPORT_DATA
     with pytest.raises(EvidenceUnavailable, match="TDREPORT") as raised:
@@ -163,24 +163,22 @@ def test_to_evidence_orders_the_endorsements() -> None:
     table = CertTable.from_entries(
         [(CRL_GUID, crl), (issuer.ARK_GUID, ark), (issuer.ASK_GUID, ask), (VCEK_GUID, vcek_der())]
     ).to_bytes()
-    guest = GuestEvidence(
-        Platform.SNP, EvidenceFormat.SNP_REPORT, b"report", table + bytes(100), "test"
-    )
+    guest = GuestEvidence(Tee.SNP, EvidenceFormat.SNP_REPORT, b"report", table + bytes(100), "test")
 
     evidence = guest.to_evidence()
 
-    assert evidence.platform is Platform.SNP
+    assert evidence.platform is Tee.SNP
     assert evidence.report == b"report"
     assert evidence.endorsements == (vcek_der(), ask, ark, crl)
 
 
 def test_to_evidence_without_certificates() -> None:
-    guest = GuestEvidence(Platform.TDX, EvidenceFormat.TDX_QUOTE, b"quote", None, "test")
+    guest = GuestEvidence(Tee.TDX, EvidenceFormat.TDX_QUOTE, b"quote", None, "test")
     assert guest.to_evidence().endorsements == ()
 
 
 def test_to_evidence_with_a_broken_table() -> None:
-    guest = GuestEvidence(Platform.SNP, EvidenceFormat.SNP_REPORT, b"report", b"\x01" * 30, "test")
+    guest = GuestEvidence(Tee.SNP, EvidenceFormat.SNP_REPORT, b"report", b"\x01" * 30, "test")
     with pytest.raises(MalformedEvidence) as raised:
         guest.to_evidence()
     assert raised.value.reason is Reason.MALFORMED_CERT_TABLE
@@ -230,7 +228,7 @@ def real_milan_evidence() -> tuple[GuestEvidence, dict[str, Any]]:
     vector = ATTESTATION_DATA / "snp" / "oak-milan-v3-rk-release"
     expected = json.loads((vector / "expected.json").read_text())
     report = (vector / "report.bin").read_bytes()
-    return GuestEvidence(Platform.SNP, EvidenceFormat.SNP_REPORT, report, None, "test"), expected
+    return GuestEvidence(Tee.SNP, EvidenceFormat.SNP_REPORT, report, None, "test"), expected
 
 
 def test_missing_vcek_is_fetched_from_the_kds() -> None:

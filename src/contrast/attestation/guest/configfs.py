@@ -26,12 +26,12 @@ from pathlib import Path
 
 from contrast.attestation.errors import EvidenceUnavailable, Reason
 from contrast.attestation.guest.reportdata import require_report_data
-from contrast.attestation.tee import Platform
+from contrast.attestation.tee import Tee
 
 log = logging.getLogger(__name__)
 
 DEFAULT_ROOT = Path("/sys/kernel/config/tsm/report")
-PROVIDERS = {"sev_guest": Platform.SNP, "tdx_guest": Platform.TDX}
+PROVIDERS = {"sev_guest": Tee.SNP, "tdx_guest": Tee.TDX}
 ATTEMPTS = 3
 ENTRY_PREFIX = "contrast-"
 
@@ -61,7 +61,7 @@ class TsmReport:
     """What one configfs-tsm entry produced."""
 
     provider: str
-    platform: Platform
+    platform: Tee
     # The raw SNP report or TDX quote.
     outblob: bytes
     # SNP: the certificate table; None when the provider has none or the host supplied nothing.

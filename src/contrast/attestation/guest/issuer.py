@@ -31,7 +31,7 @@ from contrast.attestation.snp.certtable import (
 )
 from contrast.attestation.snp.kds import KdsClient
 from contrast.attestation.snp.report import Report, SigningKey
-from contrast.attestation.tee import Platform
+from contrast.attestation.tee import Tee
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class EvidenceFormat(StrEnum):
 class GuestEvidence:
     """Evidence as the guest interface returned it, with where it came from."""
 
-    platform: Platform
+    platform: Tee
     format: EvidenceFormat
     # The SNP report, the TDX quote, or the TDREPORT.
     evidence: bytes
@@ -84,7 +84,7 @@ class GuestEvidence:
             blob for guid in _ENDORSEMENT_ORDER if (blob := table.get(guid)) is not None
         )
         missing_signing_key = table.signing_certificate is None
-        if self.platform is Platform.SNP and kds is not None and missing_signing_key:
+        if self.platform is Tee.SNP and kds is not None and missing_signing_key:
             vcek = _vcek_from_kds(self.evidence, kds)
             if vcek is not None:
                 endorsements = (vcek, *endorsements)
@@ -149,7 +149,7 @@ def issue(
                 platform=report.platform,
                 format=(
                     EvidenceFormat.SNP_REPORT
-                    if report.platform is Platform.SNP
+                    if report.platform is Tee.SNP
                     else EvidenceFormat.TDX_QUOTE
                 ),
                 evidence=report.outblob,
@@ -163,7 +163,7 @@ def issue(
     if sev_guest.exists():
         extended = sevguest.get_extended_report(report_data, device=sev_guest, ioctl=ioctl)
         return GuestEvidence(
-            Platform.SNP,
+            Tee.SNP,
             EvidenceFormat.SNP_REPORT,
             extended.report,
             extended.certificates,
@@ -174,7 +174,7 @@ def issue(
     tdx_guest = dev_dir / TDX_GUEST_DEVICE
     if tdx_guest.exists():
         tdreport = tdxguest.get_tdreport(report_data, device=tdx_guest, ioctl=ioctl)
-        return GuestEvidence(Platform.TDX, EvidenceFormat.TDREPORT, tdreport, None, str(tdx_guest))
+        return GuestEvidence(Tee.TDX, EvidenceFormat.TDREPORT, tdreport, None, str(tdx_guest))
     looked_at.append(str(tdx_guest))
 
     raise EvidenceUnavailable(
