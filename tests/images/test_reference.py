@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from contrast.images.reference import ImageReference, ReferenceError
+from contrast.images.reference import ImageReference, ImageReferenceError
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -67,7 +67,7 @@ def test_docker_hub_api_host() -> None:
     ],
 )
 def test_malformed(text: str, part: str) -> None:
-    with pytest.raises(ReferenceError, match=part):
+    with pytest.raises(ImageReferenceError, match=part):
         ImageReference.from_string(text)
 
 
@@ -105,6 +105,6 @@ def test_valid_references_round_trip(
 def test_arbitrary_text_parses_or_raises_reference_error(text: str) -> None:
     try:
         reference = ImageReference.from_string(text)
-    except ReferenceError:
+    except ImageReferenceError:
         return
     assert ImageReference.from_string(str(reference)) == reference

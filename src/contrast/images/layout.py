@@ -25,7 +25,7 @@ from contrast.images.manifest import (
     parse_manifest,
 )
 from contrast.images.model import ImageError
-from contrast.images.reference import ImageReference, ReferenceError
+from contrast.images.reference import ImageReference, ImageReferenceError
 
 LAYOUT_FILE = "oci-layout"
 INDEX_FILE = "index.json"
@@ -103,6 +103,6 @@ def _names(entry: Descriptor, reference: ImageReference) -> bool:
         return True
     try:
         named = ImageReference.from_string(name)
-    except ReferenceError:
+    except ImageReferenceError:
         return False
     return named.name == reference.name and named.tag == reference.tag and named.digest is None

@@ -30,7 +30,7 @@ _DIGEST = re.compile(r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
 
 
-class ReferenceError(ImageError):
+class ImageReferenceError(ImageError):
     """An image reference that does not follow the Docker reference grammar."""
 
 
@@ -54,9 +54,9 @@ class ImageReference:
 
     @classmethod
     def from_string(cls, text: str) -> ImageReference:
-        """Parse and normalise `text`; `ReferenceError` says which part is malformed."""
+        """Parse and normalise `text`; `ImageReferenceError` says which part is malformed."""
         if not text or text != text.strip():
-            raise ReferenceError(
+            raise ImageReferenceError(
                 f"image reference {text!r} is empty or has surrounding whitespace",
                 hint="write images as [registry/]repository[:tag][@sha256:digest]",
             )
@@ -65,9 +65,11 @@ class ImageReference:
         if "@" in remainder:
             remainder, digest = remainder.split("@", 1)
             if _DIGEST.fullmatch(digest) is None:
-                raise ReferenceError(f"image reference {text!r} has a malformed digest {digest!r}")
+                raise ImageReferenceError(
+                    f"image reference {text!r} has a malformed digest {digest!r}"
+                )
             if not is_sha256_digest(digest):
-                raise ReferenceError(
+                raise ImageReferenceError(
                     f"image reference {text!r} uses digest {digest!r}, which is not sha256",
                     hint="pin images with @sha256: and 64 lower-case hex digits",
                 )
@@ -77,21 +79,23 @@ class ImageReference:
         if colon > last_slash:
             remainder, tag = remainder[:colon], remainder[colon + 1 :]
             if _TAG.fullmatch(tag) is None:
-                raise ReferenceError(f"image reference {text!r} has a malformed tag {tag!r}")
+                raise ImageReferenceError(f"image reference {text!r} has a malformed tag {tag!r}")
         registry, repository = _split_registry(remainder, text)
         if _DOMAIN.fullmatch(registry) is None:
-            raise ReferenceError(f"image reference {text!r} has a malformed registry {registry!r}")
+            raise ImageReferenceError(
+                f"image reference {text!r} has a malformed registry {registry!r}"
+            )
         if registry in _DOCKER_HUB_ALIASES:
             registry = DOCKER_HUB
         if registry == DOCKER_HUB and "/" not in repository:
             repository = f"library/{repository}"
         if _REPOSITORY.fullmatch(repository) is None:
-            raise ReferenceError(
+            raise ImageReferenceError(
                 f"image reference {text!r} has a malformed repository {repository!r}",
                 hint="repository names are lower-case letters, digits and . _ - separated by /",
             )
         if len(registry) + 1 + len(repository) > MAX_NAME_LENGTH:
-            raise ReferenceError(
+            raise ImageReferenceError(
                 f"image reference {text!r} is longer than {MAX_NAME_LENGTH} characters"
             )
         if tag is None and digest is None:
@@ -132,7 +136,7 @@ class ImageReference:
 
 def _split_registry(name: str, text: str) -> tuple[str, str]:
     if not name:
-        raise ReferenceError(f"image reference {text!r} has no repository name")
+        raise ImageReferenceError(f"image reference {text!r} has no repository name")
     first, separator, rest = name.partition("/")
     is_host = (
         any(character in first for character in ".:")
@@ -141,6 +145,8 @@ def _split_registry(name: str, text: str) -> tuple[str, str]:
     )
     if separator and is_host:
         if not rest:
-            raise ReferenceError(f"image reference {text!r} has no repository after the registry")
+            raise ImageReferenceError(
+                f"image reference {text!r} has no repository after the registry"
+            )
         return first, rest
     return DOCKER_HUB, name

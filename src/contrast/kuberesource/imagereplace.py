@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from contrast.errors import ContrastError
-from contrast.images.reference import ImageReference, ReferenceError
+from contrast.images.reference import ImageReference, ImageReferenceError
 from contrast.kuberesource.workloads import Workload, workloads
 
 MAX_FILE_BYTES = 1024 * 1024
@@ -59,7 +59,7 @@ def _reference(text: str, where: str, side: str) -> str:
         )
     try:
         ImageReference.from_string(text)
-    except ReferenceError as error:
+    except ImageReferenceError as error:
         raise ImageReplacementError(f"{where}: {side} {error.message}", hint=error.hint) from None
     return text
 
