@@ -12,11 +12,11 @@ import threading
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from contrast.ca.errors import SealedAuthorityDamaged
 from contrast.ca.sealed import sealer_id, unseal
 from contrast.history.errors import (
     BadSignature,
     ConcurrentUpdate,
-    DamagedEntry,
     EntryTooLarge,
     HashMismatch,
 )
@@ -159,7 +159,7 @@ def test_a_sealed_authority_is_written_once(new_store: StoreFactory) -> None:
     assert history.put_authority(transition, b"first", sealer=sealer) == b"first"
     assert History(new_store()).put_authority(transition, b"second", sealer=sealer) == b"first"
     assert history.get_authority(transition, sealer=sealer) == b"first"
-    with pytest.raises(DamagedEntry, match="sealed CA"):
+    with pytest.raises(SealedAuthorityDamaged, match="sealed CA"):
         unseal(b"k" * 32, transition, b"first", KEY)
 
 

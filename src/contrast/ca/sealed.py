@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from contrast.ca.authority import CertificateAuthority
-from contrast.history.errors import DamagedEntry
+from contrast.ca.errors import SealedAuthorityDamaged
 
 FORMAT = b"\x01"
 NONCE_SIZE = 12
@@ -65,14 +65,16 @@ def unseal(
     sealed: bytes,
     root_key: ec.EllipticCurvePrivateKey,
 ) -> CertificateAuthority:
-    """The CA sealed for `transition_hash`; DamagedEntry if it was altered, moved or foreign."""
+    """The CA sealed for `transition_hash`; SealedAuthorityDamaged if altered, moved or foreign."""
     if not sealed.startswith(FORMAT) or len(sealed) < 1 + NONCE_SIZE + 16:
-        raise DamagedEntry(f"the sealed CA of {transition_hash.hex()} is truncated or unknown")
+        raise SealedAuthorityDamaged(
+            f"the sealed CA of {transition_hash.hex()} is truncated or unknown"
+        )
     nonce, ciphertext = sealed[1 : 1 + NONCE_SIZE], sealed[1 + NONCE_SIZE :]
     try:
         plaintext = AESGCM(key).decrypt(nonce, ciphertext, _ASSOCIATED_PREFIX + transition_hash)
     except InvalidTag:
-        raise DamagedEntry(
+        raise SealedAuthorityDamaged(
             f"the sealed CA of {transition_hash.hex()} does not open with this seed:"
             " altered, moved from another state, or from another deployment"
         ) from None
@@ -81,7 +83,7 @@ def unseal(
     if not isinstance(mesh_key, ec.EllipticCurvePrivateKey) or mesh_ca.public_key() != (
         mesh_key.public_key()
     ):
-        raise DamagedEntry(f"the sealed CA of {transition_hash.hex()} is inconsistent")
+        raise SealedAuthorityDamaged(f"the sealed CA of {transition_hash.hex()} is inconsistent")
     if root.public_key() != root_key.public_key():
-        raise DamagedEntry(f"the sealed CA of {transition_hash.hex()} has another root")
+        raise SealedAuthorityDamaged(f"the sealed CA of {transition_hash.hex()} has another root")
     return CertificateAuthority(root_key, mesh_key, root, intermediate, mesh_ca)

@@ -31,6 +31,7 @@ from contrast.atls.reportdata import report_data
 from contrast.attestation.errors import AttestationError
 from contrast.attestation.evidence import Evidence
 from contrast.ca.authority import CertificateAuthority
+from contrast.ca.errors import SealedAuthorityDamaged
 from contrast.ca.sealed import seal, sealer_id, unseal
 from contrast.coordinator.errors import (
     Conflict,
@@ -127,9 +128,11 @@ class _StoredHistory:
     manifest_bytes: bytes
 
 
-def stored_state_error(error: HistoryError) -> StoredStateDamaged | StateUnavailable:
+def stored_state_error(
+    error: HistoryError | SealedAuthorityDamaged,
+) -> StoredStateDamaged | StateUnavailable:
     """A history failure as the Coordinator reports it: damaged data, or a store it cannot use."""
-    if isinstance(error, DamagedEntry):
+    if isinstance(error, DamagedEntry | SealedAuthorityDamaged):
         return StoredStateDamaged(
             f"the stored history is damaged: {error.explain()}",
             hint="the Coordinator's state was altered or lost; restore its volume from a backup",
@@ -542,7 +545,10 @@ class Coordinator:
             sealed = self._history.put_authority(
                 transition_hash, seal(key, transition_hash, minted), sealer=sealer
             )
-        return unseal(key, transition_hash, sealed, seed.root_ca_key)
+        try:
+            return unseal(key, transition_hash, sealed, seed.root_ca_key)
+        except SealedAuthorityDamaged as error:
+            raise stored_state_error(error) from None
 
     def get_manifests(self, *, since: bytes = b"") -> ManifestHistory:
         """The history's manifests, oldest first, and the active manifest's policy documents.
