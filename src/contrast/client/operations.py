@@ -39,6 +39,8 @@ from contrast.client.workspace import (
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
+from contrast.kuberesource import yamlmemo
+from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.manifest.model import MANIFEST_LIMITS, Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
@@ -122,7 +124,8 @@ def set_manifest(
             hint="fill them in with your hosts' values (contrast generate listed where),"
             " then set again",
         )
-    policies = collect_policies(resources)
+    # generate's YAML memo: the documents of the files it wrote, known by their bytes.
+    policies = collect_policies(resources, YamlMemo(workspace.path(yamlmemo.FILE)))
     missing = sorted(set(manifest.policies) - set(policies))
     if missing:
         raise OperationFailed(
