@@ -136,13 +136,71 @@ def container_policy(
     *,
     pause: bool,
 ) -> dict[str, Any]:
+    """One container's policy entry: its OCI process, mounts, annotations and Linux settings.
+
+    Each section is its own function below, in the order they are built (the order in which
+    their errors are raised).
+    """
     where = f"{pod.where}: container {container.get('name') or '(pause)'}"
     template = settings.section("pause_container" if pause else "other_container")
     context = container.get("securityContext") or {}
     privileged = bool(context.get("privileged")) and not pause
     read_only_root = bool(context.get("readOnlyRootFilesystem"))
 
-    # Process
+    process = _process(
+        settings, pod, container, image, template, where=where, privileged=privileged, pause=pause
+    )
+    builder = _mounts(
+        settings,
+        pod,
+        container,
+        image,
+        where=where,
+        privileged=privileged,
+        read_only_root=read_only_root,
+        pause=pause,
+    )
+    annotations = _annotations(pod, container, image, template, pause=pause)
+    linux, devices = _linux(pod, container, template, privileged=privileged, pause=pause)
+    patterns = {} if pause else _device_patterns(settings, container, devices)
+
+    oci: dict[str, Any] = {
+        "Version": str(settings.get("kata_config", "oci_version", default="1.1.0")),
+        "Process": process,
+        "Root": {
+            "Path": str((template.get("Root") or {}).get("Path", "$(root_path)")),
+            "Readonly": bool((template.get("Root") or {}).get("Readonly", False)) or read_only_root,
+        },
+        "Mounts": builder.mounts,
+        "Annotations": dict(sorted(annotations.items())),
+        "Linux": linux,
+    }
+    for optional in ("Mounts", "Annotations"):
+        if not oci[optional]:
+            del oci[optional]
+    return {
+        "OCI": oci,
+        "storages": builder.storages,
+        "devices": devices,
+        "sandbox_pidns": bool(pod.spec.get("shareProcessNamespace")) and not pause,
+        "exec_commands": [] if pause else _exec_commands(container),
+        "runtime_anno_patterns": dict(sorted(patterns.items())),
+    }
+
+
+def _process(
+    settings: Settings,
+    pod: PodFacts,
+    container: Mapping[str, Any],
+    image: ImageFacts,
+    template: Mapping[str, Any],
+    *,
+    where: str,
+    privileged: bool,
+    pause: bool,
+) -> dict[str, Any]:
+    """The OCI process: arguments, environment, user and groups, capabilities."""
+    context = container.get("securityContext") or {}
     env, variables = container_env(
         container, image.config.env, replace(pod.env_context, where=where), pause=pause
     )
@@ -188,8 +246,21 @@ def container_policy(
     for optional in ("Args", "Env", "Cwd"):
         if not process[optional]:
             del process[optional]
+    return process
 
-    # Mounts and storages
+
+def _mounts(
+    settings: Settings,
+    pod: PodFacts,
+    container: Mapping[str, Any],
+    image: ImageFacts,
+    *,
+    where: str,
+    privileged: bool,
+    read_only_root: bool,
+    pause: bool,
+) -> MountBuilder:
+    """The mounts and storages: the defaults, the pod's volumes, the image's volumes."""
     builder = MountBuilder(settings, where)
     builder.defaults(container, pause=pause, privileged=privileged, read_only_root=read_only_root)
     volumes = {str(v.get("name")): v for v in pod.spec.get("volumes") or []}
@@ -207,8 +278,18 @@ def container_policy(
             )
         for destination in image.config.volumes:
             builder.image_volume(destination)
+    return builder
 
-    # Annotations
+
+def _annotations(
+    pod: PodFacts,
+    container: Mapping[str, Any],
+    image: ImageFacts,
+    template: Mapping[str, Any],
+    *,
+    pause: bool,
+) -> dict[str, str]:
+    """The OCI annotations: the pod's (less the policy's own), the template's, the CRI's."""
     annotations = {k: str(v) for k, v in pod.annotations.items() if k not in POLICY_ANNOTATIONS}
     for key, value in (template.get("Annotations") or {}).items():
         annotations.setdefault(key, str(value))
@@ -219,16 +300,26 @@ def container_policy(
     annotations["io.kubernetes.cri.sandbox-namespace"] = pod.namespace
     if container.get("name"):
         annotations.setdefault("io.kubernetes.cri.container-name", str(container["name"]))
-    host_network = bool(pod.spec.get("hostNetwork"))
     if pause:
-        netns = "^/var/run/netns/cni" + ("test" if host_network else "")
+        netns = "^/var/run/netns/cni" + ("test" if pod.spec.get("hostNetwork") else "")
         netns += "-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"
         annotations.setdefault("nerdctl/network-namespace", netns)
+    return annotations
 
-    # Linux
+
+def _linux(
+    pod: PodFacts,
+    container: Mapping[str, Any],
+    template: Mapping[str, Any],
+    *,
+    privileged: bool,
+    pause: bool,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The OCI Linux section (namespaces, masked and read-only paths, devices, sysctls), and
+    the policy's device list with the container's volume devices."""
     linux_template = template.get("Linux") or {}
     namespaces = [{"Type": "ipc", "Path": ""}]
-    if not pause or not host_network:
+    if not pause or not pod.spec.get("hostNetwork"):
         namespaces.append({"Type": "uts", "Path": ""})
     namespaces.append({"Type": "mount", "Path": ""})
     masked: list[str] = []
@@ -262,6 +353,7 @@ def container_policy(
             linux_devices.append({"Type": "", "Path": path})
     linux_devices += [dict(d) for d in linux_template.get("Devices") or []]
     sysctl = {str(k): str(v) for k, v in (linux_template.get("Sysctl") or {}).items()}
+    pod_context = pod.spec.get("securityContext") or {}
     for entry in pod_context.get("sysctls") or []:
         sysctl[str(entry.get("name"))] = str(entry.get("value"))
     linux: dict[str, Any] = {
@@ -273,46 +365,24 @@ def container_policy(
     }
     if not sysctl:
         del linux["Sysctl"]
+    return linux, devices
 
-    patterns: dict[str, str] = {}
-    if not pause:
-        patterns.update(TERMINATION_PATTERNS)
-        gpus = _gpu_count(settings, container)
-        if gpus:
-            vfio = settings.get("devices", "vfio", default={}) or {}
-            nvidia = vfio.get("nvidia") or {}
-            for _ in range(gpus):
-                devices.append(
-                    _device(
-                        str(vfio.get("device_path", "")), str(nvidia.get("gpu_gk_device_type", ""))
-                    )
-                )
-            patterns[str(vfio.get("anno_key_regex", ""))] = str(
-                nvidia.get("gpu_anno_value_regex", "")
+
+def _device_patterns(
+    settings: Settings, container: Mapping[str, Any], devices: list[dict[str, Any]]
+) -> dict[str, str]:
+    """The runtime annotation patterns of a (non-pause) container; its GPUs join `devices`."""
+    patterns: dict[str, str] = dict(TERMINATION_PATTERNS)
+    gpus = _gpu_count(settings, container)
+    if gpus:
+        vfio = settings.get("devices", "vfio", default={}) or {}
+        nvidia = vfio.get("nvidia") or {}
+        for _ in range(gpus):
+            devices.append(
+                _device(str(vfio.get("device_path", "")), str(nvidia.get("gpu_gk_device_type", "")))
             )
-
-    oci: dict[str, Any] = {
-        "Version": str(settings.get("kata_config", "oci_version", default="1.1.0")),
-        "Process": process,
-        "Root": {
-            "Path": str((template.get("Root") or {}).get("Path", "$(root_path)")),
-            "Readonly": bool((template.get("Root") or {}).get("Readonly", False)) or read_only_root,
-        },
-        "Mounts": builder.mounts,
-        "Annotations": dict(sorted(annotations.items())),
-        "Linux": linux,
-    }
-    for optional in ("Mounts", "Annotations"):
-        if not oci[optional]:
-            del oci[optional]
-    return {
-        "OCI": oci,
-        "storages": builder.storages,
-        "devices": devices,
-        "sandbox_pidns": bool(pod.spec.get("shareProcessNamespace")) and not pause,
-        "exec_commands": [] if pause else _exec_commands(container),
-        "runtime_anno_patterns": dict(sorted(patterns.items())),
-    }
+        patterns[str(vfio.get("anno_key_regex", ""))] = str(nvidia.get("gpu_anno_value_regex", ""))
+    return patterns
 
 
 def _device(container_path: str, type_: str = "") -> dict[str, Any]:
