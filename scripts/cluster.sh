@@ -8,6 +8,13 @@
 #   bash scripts/cluster.sh down DIR   stops it and removes what it made (idempotent, and safe
 #                                      after a failed up)
 #   bash scripts/cluster.sh build      only builds (or finds) the binaries; prints their folder
+#   bash scripts/cluster.sh install-runtime DIR PLATFORM PYTHON
+#                                      gives the running cluster in DIR the emulated confidential
+#                                      runtime of PLATFORM (emulated-snp, emulated-tdx): the project's
+#                                      node installer, run by PYTHON (one with Contrast, e.g. the
+#                                      repo's .venv/bin/python), adds it to DIR's containerd config;
+#                                      this script restarts that containerd and applies the
+#                                      RuntimeClass of `contrast runtime --platform PLATFORM`
 #
 # Everything but the binaries' cache lives in DIR and in a network namespace of its own,
 # contrast-kcN: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a containerd with CRI
@@ -557,6 +564,65 @@ up() {
     echo "cluster.sh: up in $((SECONDS - started)) s: KUBECONFIG=$DIR/kubeconfig, registry $REGISTRY" >&2
 }
 
+# --- install-runtime -----------------------------------------------------------------------------
+
+# The node installer's DaemonSet cannot do this here: it writes the host's /etc/containerd and
+# restarts containerd through systemd, and this cluster's containerd is our process with its config
+# in DIR. So the same installer runs from the host (the node's / is the host's: the launcher goes to
+# /opt/edgeless/<handler>/bin, the emulated roots to /var/lib/contrast-emulated-runtime/roots, as a
+# DaemonSet would put them) with a target config naming DIR's containerd config, PYTHON as the
+# launcher's Python and no restart; the restart is ours.
+install_runtime() {
+    local platform=$1 python=$2 bin runc log
+    [ "$(id -u)" -eq 0 ] || die "install-runtime needs root"
+    case "$platform" in
+    emulated-snp | emulated-tdx) ;;
+    *) die "install-runtime: $platform is not an emulated platform (emulated-snp, emulated-tdx)" ;;
+    esac
+    [ -f "$DIR/slot" ] || die "$DIR holds no cluster (bash scripts/cluster.sh up $DIR first)"
+    DIR=$(cd "$DIR" && pwd)
+    [ -x "$python" ] || die "install-runtime: $python is not an executable Python"
+    # Absolute, not resolved: a venv's python is a link, and the venv is what has Contrast.
+    python=$(cd "$(dirname "$python")" && pwd)/$(basename "$python")
+    "$python" -c 'import contrast' 2>/dev/null || die "install-runtime: $python cannot import contrast"
+    runc=$(command -v runc) || die "runc is missing"
+    SLOT=$(cat "$DIR/slot")
+    NETNS=contrast-kc$SLOT
+    bin=$DIR/bin
+    log=node-installer-$platform
+    printf '{"containerd-config-path": "%s", "systemd-unit-name": "", "emulated-python": "%s", "emulated-runc": "%s"}\n' \
+        "${DIR#/}/containerd/config.toml" "$python" "$runc" >"$DIR/node-installer-target.json"
+    "$python" -m contrast node-installer --host-root / --platform "$platform" \
+        --target-config "$DIR/node-installer-target.json" --no-restart >"$DIR/logs/$log.log" 2>&1 ||
+        failed "$log" "contrast node-installer failed"
+    # The policy a pod is generated with expects its network namespace where containerd keeps it on
+    # a node (/var/run/netns/cni-<uuid>, as every Kata policy does), not under our state folder; down
+    # removes the ones of this cluster's pods (netns_of_pods).
+    local restart=
+    if grep -q '^  netns_mounts_under_state_dir = true$' "$DIR/containerd/config.toml"; then
+        sed -i 's/^  netns_mounts_under_state_dir = true$/  netns_mounts_under_state_dir = false/' "$DIR/containerd/config.toml"
+        restart=1
+    fi
+    grep -q "runtime added" "$DIR/logs/$log.log" && restart=1
+    if [ -n "$restart" ]; then
+        # The shims (and so the pods) outlive containerd; the kubelet reconnects to the new one.
+        local pid
+        pid=$(cat "$DIR/containerd.pid")
+        if ours "$pid"; then stop_pid "$pid"; fi
+        cat "$DIR/logs/containerd.log" >>"$DIR/logs/containerd.before-restart.log" 2>/dev/null || true
+        start containerd containerd --config "$DIR/containerd/config.toml"
+        wait_for containerd 30 ctr --address "$DIR/containerd/containerd.sock" version
+        wait_for kubelet 90 "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" wait --for=condition=Ready \
+            --timeout=2s "node/$NODE_NAME"
+    fi
+    "$python" -m contrast runtime --platform "$platform" 2>/dev/null |
+        "$python" -c 'import sys, yaml; print(yaml.safe_dump(next(d for d in yaml.safe_load_all(sys.stdin) if d and d["kind"] == "RuntimeClass")))' \
+            >"$DIR/runtimeclass-$platform.yaml" || die "install-runtime: no RuntimeClass from contrast runtime"
+    "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" apply -f "$DIR/runtimeclass-$platform.yaml" \
+        >>"$DIR/logs/$log.log" 2>&1 || failed "$log" "kubectl apply of the RuntimeClass failed"
+    echo "cluster.sh: $platform runtime installed, RuntimeClass $(awk '$1 == "name:" { print $2; exit }' "$DIR/runtimeclass-$platform.yaml")" >&2
+}
+
 # --- down ----------------------------------------------------------------------------------------
 
 # True when PID is a process of this cluster (its command line names DIR): pid files may be stale.
@@ -582,11 +648,28 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
+# The network namespace files of this cluster's pods that are not under DIR (the sandboxes' specs
+# name them), while containerd answers; nothing otherwise.
+netns_of_pods() {
+    local socket=$DIR/containerd/containerd.sock id
+    [ -S "$socket" ] || return 0
+    for id in $(timeout 10 ctr --address "$socket" -n k8s.io containers ls -q 2>/dev/null || true); do
+        timeout 10 ctr --address "$socket" -n k8s.io containers info "$id" 2>/dev/null |
+            python3 -c 'import json, sys
+for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces", []):
+    if n.get("type") == "network" and n.get("path", "").startswith(("/var/run/netns/cni-", "/run/netns/cni-")):
+        print(n["path"])' 2>/dev/null || true
+    done | sort -u
+}
+
 down() {
     [ "$(id -u)" -eq 0 ] || die "down needs root"
     [ -d "$DIR" ] || return 0
     DIR=$(cd "$DIR" && pwd)
-    local name pid
+    local name pid netns
+    # The pods' network namespaces outside DIR (install-runtime puts them in /var/run/netns), asked
+    # of containerd while it runs.
+    netns=$(netns_of_pods)
     # kubelet first, so that it does not restart what is stopped after it.
     for name in kubelet kube-proxy coredns kube-scheduler kube-controller-manager kube-apiserver registry etcd containerd; do
         pid=$(cat "$DIR/$name.pid" 2>/dev/null) || continue
@@ -632,6 +715,10 @@ down() {
             umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
         done
     done
+    for target in $netns; do
+        umount "$target" 2>/dev/null || umount -l "$target" 2>/dev/null || true
+        rm -f "$target"
+    done
     if [ -n "$slot" ]; then
         ip netns del "contrast-kc$slot" 2>/dev/null || true
         ip link del "kc$slot-host" 2>/dev/null || true
@@ -652,7 +739,12 @@ up | down)
 build)
     build
     ;;
+install-runtime)
+    [ $# -eq 4 ] || die "usage: $0 install-runtime DIR PLATFORM PYTHON"
+    DIR=$2
+    install_runtime "$3" "$4"
+    ;;
 *)
-    die "usage: $0 up DIR | down DIR | build"
+    die "usage: $0 up DIR | down DIR | build | install-runtime DIR PLATFORM PYTHON"
     ;;
 esac
