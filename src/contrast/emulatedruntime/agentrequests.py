@@ -24,7 +24,7 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.emulatedruntime.node import EmulatedRuntimeError
 
 GUEST_ROOT = "/run/kata-containers"
 SHARED_DIR = f"{GUEST_ROOT}/shared/containers"
@@ -59,7 +59,7 @@ _CAPABILITY_KINDS = (
 )  # fmt: skip
 
 
-class SpecError(ContrastError):
+class SpecError(EmulatedRuntimeError):
     """An OCI spec this runtime cannot turn into an agent request."""
 
 

@@ -39,16 +39,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrast.errors import ContrastError
 from contrast.images.reference import ImageReference, ImageReferenceError
-from contrast.kuberesource.workloads import Workload, workloads
+from contrast.kuberesource.workloads import ResourceError, Workload, workloads
 
 MAX_FILE_BYTES = 1024 * 1024
 MAX_REFERENCE_LENGTH = 512  # name (255), tag (128), digest (71) and separators fit
 FORMAT_HINT = "write one IMAGE=REPLACEMENT per line; # starts a comment"
 
 
-class ImageReplacementError(ContrastError):
+class ImageReplacementError(ResourceError):
     """An image replacements file that cannot be read or does not say one thing per line."""
 
 

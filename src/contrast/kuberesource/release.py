@@ -16,10 +16,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend
 from contrast.history.configmaps import VERBS
 from contrast.kuberesource.releaseimages import reference
+from contrast.kuberesource.workloads import ResourceError
 from contrast.platforms import Platform
 
 # By digest in a release, by tag in a source tree (`releaseimages`).
@@ -45,7 +45,7 @@ PAYLOAD_HOST_DIRECTORY = "/var/lib/contrast/payloads"
 PAYLOAD_IMAGE_DIRECTORY = "/usr/share/contrast/runtimes"
 
 
-class ReleaseError(ContrastError):
+class ReleaseError(ResourceError):
     """Options that make no working set of release resources."""
 
 
