@@ -13,7 +13,8 @@ import pytest
 from contrast.coordinator.core import Coordinator, Mode
 from contrast.coordinator.errors import InvalidRequest, StoredStateDamaged
 from contrast.history.history import digest
-from contrast.seed.engine import MAXIMUM_SEED_SIZE, SeedEngine, SeedError
+from contrast.seed.engine import MAXIMUM_SEED_SIZE, SeedEngine
+from contrast.seed.errors import SeedError
 from tests.coordinator.conftest import Deployment
 
 

@@ -9,7 +9,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from contrast.seed.engine import SALT_SIZE, SEED_SIZE, SeedEngine, SeedError
+from contrast.seed.engine import SALT_SIZE, SEED_SIZE, SeedEngine
+from contrast.seed.errors import SeedError
 from contrast.seed.keygen import derive_ecdsa_key
 
 SEED = bytes(range(SEED_SIZE))

@@ -51,7 +51,8 @@ from contrast.history.history import ZERO_HASH, History, LatestTransition, Trans
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest, Role
 from contrast.manifest.ownership import OwnershipError, verify_update
-from contrast.seed.engine import SeedEngine, SeedError
+from contrast.seed.engine import SeedEngine
+from contrast.seed.errors import SeedError
 from contrast.seed.shares import SeedShareDocument, load_public_key_hex
 
 log = logging.getLogger(__name__)

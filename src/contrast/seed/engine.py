@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from contrast.errors import ContrastError
+from contrast.seed.errors import SeedError
 from contrast.seed.keygen import derive_ecdsa_key
 
 SEED_SIZE = 64
@@ -32,10 +32,6 @@ _WORKLOAD_SECRET_PREFIX = b"WORKLOAD SECRET ID: "
 # Beyond the original: the key that seals each state's CA in the history (contrast.ca.sealed).
 _AUTHORITY_SEALING_LABEL = b"AUTHORITY SEALING KEY"
 AUTHORITY_SEALING_KEY_SIZE = 32
-
-
-class SeedError(ContrastError):
-    """A seed or salt of the wrong shape, or a workload secret request without an id."""
 
 
 @dataclass(frozen=True)

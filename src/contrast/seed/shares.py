@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from contrast.boundedjson import JsonInputError, JsonLimits, load
-from contrast.errors import ContrastError
+from contrast.seed.errors import SeedError
 
 OAEP_LABEL = b"seedshare"
 
@@ -23,7 +23,7 @@ OAEP_LABEL = b"seedshare"
 SEED_SHARES_LIMITS = JsonLimits(max_bytes=1 << 20, max_depth=8)
 
 
-class SeedShareError(ContrastError):
+class SeedShareError(SeedError):
     """A seed share document that cannot be read, or a share no given key can open."""
 
 

@@ -28,7 +28,7 @@ from shamir_mnemonic.wordlist import (  # type: ignore[import-untyped]
     mnemonic_to_indices,
 )
 
-from contrast.errors import ContrastError
+from contrast.seed.errors import SeedError
 
 # SLIP-0039 allows at most 16 members in a group.
 MAX_OWNERS = 16
@@ -39,7 +39,7 @@ _PASSPHRASE = b""
 _ITERATION_EXPONENT = 0
 
 
-class ThresholdError(ContrastError):
+class ThresholdError(SeedError):
     """Shares that cannot give the seed: too few, damaged, or from another split."""
 
 
