@@ -14,10 +14,10 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from contrast.errors import ContrastError
+from contrast.manifest.errors import ManifestError
 
 
-class OwnershipError(ContrastError):
+class OwnershipError(ManifestError):
     """The update is not signed by a workload owner of the active manifest."""
 
 
