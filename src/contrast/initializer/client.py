@@ -21,17 +21,13 @@ from contrast.api.services import MeshApiClient
 from contrast.atls.client import ConnectionFailed, fetch_certificate, pinned_channel, rpc_message
 from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import public_key_der, report_data
-from contrast.errors import ContrastError
+from contrast.initializer.errors import InitializerError
 from contrast.initializer.files import WorkloadFiles
 
 log = logging.getLogger(__name__)
 
 # Answers that mean "not yet": the Coordinator is starting, has no manifest, or is recovering.
 RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.FAILED_PRECONDITION}
-
-
-class InitializerError(ContrastError):
-    """The Coordinator refused this workload; retrying will not change that."""
 
 
 @dataclass(frozen=True)

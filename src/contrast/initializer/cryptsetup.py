@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.initializer.errors import InitializerError
 
 CRYPTSETUP = "cryptsetup"
 PBKDF_MEMORY_KIB = 10240
@@ -58,7 +58,7 @@ LUKS2_MAGIC = b"LUKS\xba\xbe\x00\x02"
 Run = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 
-class CryptsetupError(ContrastError):
+class CryptsetupError(InitializerError):
     """The encrypted volume cannot be set up (never carries the key)."""
 
 
