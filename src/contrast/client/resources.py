@@ -10,7 +10,8 @@ which is pure Python, about 1.5 ms a file). So each file is read the way `genera
 `yamlfast`, which declines anything whose value ruamel could read differently; ruamel's safe
 loader reads what is declined and gives the error for text that is not YAML. The bounds are the
 same on every way: the file's size before parsing, aliases and self-reference after it
-(`yamlbounds`), nesting as a refusal.
+(`yamlbounds`), nesting as a refusal. The memo is trusted as the manifest beside it in the
+workspace is: whoever can write one can write the other.
 """
 
 from __future__ import annotations
