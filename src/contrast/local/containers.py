@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.local.errors import LocalError
 from contrast.local.processes import free_port
 
 NAMESPACE = "contrast"
@@ -40,7 +40,7 @@ TOOLS = {
 STARTUP_TIMEOUT = 60.0
 
 
-class ContainerError(ContrastError):
+class ContainerError(LocalError):
     """A container tool is missing, or a container did not do what it should."""
 
 

@@ -27,6 +27,7 @@ from contrast.client import operations
 from contrast.client.workspace import MANIFEST, SEED_SHARES, Workspace
 from contrast.errors import ContrastError
 from contrast.initializer.files import CERT_CHAIN, MESH_CA
+from contrast.local.errors import LocalError
 from contrast.local.processes import Processes, Running, free_port, wait_for_port
 from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
 from contrast.local.workspace import (
@@ -59,7 +60,7 @@ class ReplicaPorts:
     http: int
 
 
-class DemoFailed(ContrastError):
+class DemoFailed(LocalError):
     """A step of the demo did not do what it should."""
 
 

