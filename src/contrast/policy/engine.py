@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 from contrast.policy.json_patch import JsonPatchError, apply_patch, is_operation
 from contrast.policy.requests import normalise_request, query_name
 
@@ -62,10 +62,6 @@ _REGO_TOKENS = re.compile(
 )
 _ERROR_LOCATION = re.compile(r"^\s*-->\s*(\S+)\s*$", re.MULTILINE)
 _ERROR_TEXT = re.compile(r"^error:\s*(.*)$", re.MULTILINE)
-
-
-class PolicyError(ContrastError):
-    """A policy that cannot be loaded or evaluated."""
 
 
 class PolicyLoadError(PolicyError):

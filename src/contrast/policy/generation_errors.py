@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 
 
-class PolicyGenerationError(ContrastError):
+class PolicyGenerationError(PolicyError):
     """A workload whose policy cannot be generated as written (the message names what and why)."""

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import tomli_w
 
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 
 ANNOTATION = "io.katacontainers.config.hypervisor.cc_init_data"
 VERSION = "0.1.0"
@@ -63,7 +63,7 @@ def _toml_string(value: str) -> str:
     return tomli_w.dumps({"v": value}, multiline_strings=False).removeprefix("v = ").rstrip("\n")
 
 
-class InitdataError(ContrastError):
+class InitdataError(PolicyError):
     """An initdata annotation or document that cannot be read."""
 
 

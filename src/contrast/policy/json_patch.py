@@ -11,10 +11,10 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 
 
-class JsonPatchError(ContrastError):
+class JsonPatchError(PolicyError):
     """A JSON patch that is malformed or does not apply to the document."""
 
 

@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 
 SCHEMA_RESOURCE = "assets/agent-request-schema.json"
 COPY_FILE_TYPES = ("Unknown", "Regular", "Directory", "Symlink")
@@ -40,7 +40,7 @@ _INTEGER_RANGES = {
 _ENUM_RANGE = _INTEGER_RANGES["int32"]
 
 
-class RequestError(ContrastError):
+class RequestError(PolicyError):
     """A request that the agent could not have decoded, or whose name it never queries."""
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from contrast.boundedfile import read_bounded
-from contrast.errors import ContrastError
+from contrast.policy.errors import PolicyError
 from contrast.policy.json_patch import JsonPatchError, apply_patch
 
 ASSETS = Path(__file__).parent / "assets"
@@ -46,7 +46,7 @@ REQUIRED_SECTIONS = (
 )
 
 
-class SettingsError(ContrastError):
+class SettingsError(PolicyError):
     """Settings that cannot be read or do not have the expected layout."""
 
 
