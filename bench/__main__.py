@@ -33,6 +33,8 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_cluster.py", [], "the test cluster's start with cached binaries (root)"),
     ("bench_history_api.py", [], "the history head on the real API server against files (root)"),
     ("bench_history_scale.py", [], "SetManifest at 10 000 policies; history at update 1 vs 1000"),
+    ("bench_set_resources.py", [], "set's reading of 10 000 workload files' policies"),
+    ("bench_set_cli.py", [], "contrast set through the CLI, 10 000 workloads"),
 ]
 SLOW = {
     ("bench_generate.py", "1000"),
@@ -43,6 +45,8 @@ SLOW = {
     ("bench_cluster.py", ""),
     ("bench_history_api.py", ""),
     ("bench_history_scale.py", ""),
+    ("bench_set_resources.py", ""),
+    ("bench_set_cli.py", ""),
 }
 
 
