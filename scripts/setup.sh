@@ -10,7 +10,3 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-# The test cluster's binaries (Kubernetes, etcd, CoreDNS from tools/kubernetes/go.mod), built here
-# rather than inside the first test that needs them: cached per go.mod and go.sum, so only a first
-# run or a changed pin builds.
-bash scripts/cluster.sh build >/dev/null
