@@ -216,12 +216,7 @@ class History:
     def _get_chunked(self, kind: str, name: bytes) -> bytes:
         """The entry `_put_chunked` wrote, joined and checked against `name` as a whole."""
         key = f"{kind}/{name.hex()}"
-        data = self.store.get(key)
-        if data is None:
-            raise DamagedEntry(
-                f"the history has no entry {self.store.describe(key)}",
-                hint="the store is incomplete",
-            )
+        data = self._required(key)
         if digest(data) == name:
             return data
         hashes = data[len(CHUNKED_MAGIC) :]
@@ -244,14 +239,19 @@ class History:
             )
         return joined
 
-    def _get_addressed(self, kind: str, name: bytes) -> bytes:
-        key = f"{kind}/{name.hex()}"
+    def _required(self, key: str) -> bytes:
+        """The entry at `key`, which the history refers to, so its absence is damage."""
         data = self.store.get(key)
         if data is None:
             raise DamagedEntry(
                 f"the history has no entry {self.store.describe(key)}",
                 hint="the store is incomplete",
             )
+        return data
+
+    def _get_addressed(self, kind: str, name: bytes) -> bytes:
+        key = f"{kind}/{name.hex()}"
+        data = self._required(key)
         if digest(data) != name:
             raise HashMismatch(
                 f"{self.store.describe(key)} does not hash to its name: the store was tampered with"
