@@ -25,6 +25,7 @@ STDIN = Path("-")
 
 
 def register(commands: Any) -> None:
+    """Add `generate`; its options in groups, in the order `--help` lists them."""
     parser = commands.add_parser(
         "generate",
         help="make the pods in Kubernetes YAML confidential and write the manifest",
@@ -33,6 +34,17 @@ def register(commands: Any) -> None:
         " write manifest.json with the policies and the platforms' reference values. Files are"
         " rewritten in place; `-` reads YAML from stdin and writes it to stdout.",
     )
+    _add_inputs(parser)
+    _add_workspace_files(parser)
+    _add_owners(parser)
+    _add_injections(parser)
+    _add_image_sources(parser)
+    _add_trust_and_output(parser)
+    parser.set_defaults(run=run_generate)
+
+
+def _add_inputs(parser: argparse.ArgumentParser) -> None:
+    """What to make confidential: the YAML, the platform of plain `contrast-cc` pods, where."""
     parser.add_argument("paths", nargs="+", type=Path, metavar="PATH", help="YAML file or dir")
     parser.add_argument(
         "--reference-values",
@@ -48,12 +60,20 @@ def register(commands: Any) -> None:
         metavar="WORKSPACE",
         help="where the files below are, unless given as paths (default: .)",
     )
+
+
+def _add_workspace_files(parser: argparse.ArgumentParser) -> None:
+    """The policy inputs and the manifest, each defaulting to its file in the workspace."""
     parser.add_argument("-p", "--policy", type=Path, help=f"Rego rules (default: {RULES})")
     parser.add_argument("-s", "--settings", type=Path, help=f"policy settings ({SETTINGS})")
     parser.add_argument(
         "--layers-cache", type=Path, help=f"cache of image layer facts ({LAYERS_CACHE})"
     )
     parser.add_argument("-m", "--manifest", type=Path, help=f"the manifest ({MANIFEST})")
+
+
+def _add_owners(parser: argparse.ArgumentParser) -> None:
+    """Who may change the manifest and who recovers the seed: the manifest's owner fields."""
     parser.add_argument(
         "-w",
         "--add-workload-owner-key",
@@ -87,6 +107,10 @@ def register(commands: Any) -> None:
         action="store_true",
         help="list no workload owner: the manifest can never be changed (immutable deployment)",
     )
+
+
+def _add_injections(parser: argparse.ArgumentParser) -> None:
+    """The sidecars generate adds to every pod (and the insecure one it adds only when asked)."""
     parser.add_argument("--skip-initializer", action="store_true", help="inject no Initializer")
     parser.add_argument(
         "--skip-service-mesh", action="store_true", help="inject no service-mesh sidecar"
@@ -97,6 +121,10 @@ def register(commands: Any) -> None:
         help="INSECURE: add the contrast-debug-shell sidecar and contrast.insecure-debug to every"
         " pod's initdata (the policy hashes show it); never for production",
     )
+
+
+def _add_image_sources(parser: argparse.ArgumentParser) -> None:
+    """Where images come from: replacements, local OCI layouts and plain-HTTP registries."""
     add_image_replacements(parser)
     parser.add_argument(
         "--oci-layout",
@@ -113,6 +141,10 @@ def register(commands: Any) -> None:
         metavar="HOST[:PORT]",
         help="reach this registry over plain HTTP",
     )
+
+
+def _add_trust_and_output(parser: argparse.ArgumentParser) -> None:
+    """The reference values the manifest trusts, and where the rewritten resources go."""
     parser.add_argument(
         "--emulated-tee",
         type=Path,
@@ -130,7 +162,6 @@ def register(commands: Any) -> None:
     parser.add_argument(
         "-o", "--output", type=Path, help="write all resources to this one file instead"
     )
-    parser.set_defaults(run=run_generate)
 
 
 def _workspace_values(workspace: Path) -> Path | None:
