@@ -197,46 +197,46 @@ def _install(
     )
 
     # 3. containerd's config, last; 4. the restart.
-    config_target, backup, (restarted, unit, reason) = _configure(
+    return _configure(
         request,
         host,
-        install_dir=install_dir,
+        _Installed(name, description.build, install_dir, written, kata_backup),
         config=config,
         old=(old_config, config_target),
         patched=patched,
         runner=runner,
         now=now,
     )
-    return InstallReport(
-        runtime_name=name,
-        build=description.build,
-        install_dir=str(install_dir),
-        written=written,
-        containerd_config=str(config),
-        containerd_config_target=str(config_target),
-        config_changed=patched.changed,
-        backup=backup,
-        restarted=restarted,
-        restarted_unit=unit,
-        no_restart_reason=reason,
-        kata_config_backup=kata_backup,
-    )
+
+
+@dataclass(frozen=True)
+class _Installed:
+    """What steps 1 and 2 did, for the report `_configure` completes."""
+
+    name: str
+    build: Build
+    install_dir: PurePosixPath
+    written: tuple[str, ...]
+    kata_config_backup: str | None = None
 
 
 def _configure(
     request: InstallRequest,
     host: Resolver,
+    installed: _Installed,
     *,
-    install_dir: PurePosixPath,
     config: PurePosixPath,
     old: tuple[bytes | None, PurePosixPath],
     patched: PatchedConfig,
     runner: Runner,
     now: Callable[[], float],
-) -> tuple[PurePosixPath, str | None, tuple[bool, str | None, str | None]]:
-    """Write containerd's config (after a backup) if it changed, then restart if needed."""
+) -> InstallReport:
+    """Write containerd's config (after a backup) if it changed, restart if needed, and report.
+
+    The last steps of both installs (a VM runtime's and the emulated one's).
+    """
     old_config, config_target = old
-    marker = host.resolve(install_dir / RESTART_PENDING, follow=False, create=True)
+    marker = host.resolve(installed.install_dir / RESTART_PENDING, follow=False, create=True)
     backup = None
     if patched.changed:
         write_atomically(marker, f"{config}\n".encode(), mode=CONFIG_MODE)
@@ -248,7 +248,21 @@ def _configure(
             backup = _back_up(target, old_config, mode, now)
         write_atomically(target, patched.text.encode(), mode=mode)
     # Restart, if containerd has not read the config as it now is.
-    return config_target, backup, _restart(request, marker, runner)
+    restarted, unit, reason = _restart(request, marker, runner)
+    return InstallReport(
+        runtime_name=installed.name,
+        build=installed.build,
+        install_dir=str(installed.install_dir),
+        written=installed.written,
+        containerd_config=str(config),
+        containerd_config_target=str(config_target),
+        config_changed=patched.changed,
+        backup=backup,
+        restarted=restarted,
+        restarted_unit=unit,
+        no_restart_reason=reason,
+        kata_config_backup=installed.kata_config_backup,
+    )
 
 
 def _install_emulated(
@@ -296,28 +310,15 @@ def _install_emulated(
         write_atomically(location, launcher, mode=EXECUTABLE_MODE)
         written.append(str(launcher_path))
 
-    config_target, backup, (restarted, unit, reason) = _configure(
+    return _configure(
         request,
         host,
-        install_dir=install_dir,
+        _Installed(name, description.build, install_dir, tuple(written)),
         config=config,
         old=(old_config, config_target),
         patched=patched,
         runner=runner,
         now=now,
-    )
-    return InstallReport(
-        runtime_name=name,
-        build=description.build,
-        install_dir=str(install_dir),
-        written=tuple(written),
-        containerd_config=str(config),
-        containerd_config_target=str(config_target),
-        config_changed=patched.changed,
-        backup=backup,
-        restarted=restarted,
-        restarted_unit=unit,
-        no_restart_reason=reason,
     )
 
 
