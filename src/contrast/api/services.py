@@ -20,6 +20,14 @@ Response = TypeVar("Response", bound=Message)
 
 USER_API = "contrast.userapi.UserAPI"
 MESH_API = "contrast.meshapi.MeshAPI"
+# The largest UserAPI message either end accepts (gRPC's default is 4 MiB). SetManifest and
+# GetManifests carry a manifest with all its policy documents: 10 000 workloads are about 5 MB
+# with 300-byte documents and about 540 MB with generated ones (about 54 KB of initdata each).
+USER_API_MESSAGE_LIMIT = 1 << 30
+USER_API_MESSAGE_OPTIONS = (
+    ("grpc.max_receive_message_length", USER_API_MESSAGE_LIMIT),
+    ("grpc.max_send_message_length", USER_API_MESSAGE_LIMIT),
+)
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import secrets
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,7 +29,7 @@ from cryptography import x509
 
 from contrast.api import userapi_pb2
 from contrast.api.convert import evidence_from_proto
-from contrast.api.services import UserApiClient
+from contrast.api.services import USER_API_MESSAGE_OPTIONS, UserApiClient
 from contrast.atls.identity import SERVER_NAME
 from contrast.atls.peer import AttestedPeer, EvidenceVerifier
 from contrast.atls.reportdata import NONCE_SIZE, public_key_der, report_data
@@ -61,11 +62,13 @@ def fetch_certificate(target: str, *, timeout: float = DEFAULT_TIMEOUT) -> bytes
         ) from None
 
 
-def pinned_channel(target: str, certificate_pem: bytes) -> grpc.Channel:
+def pinned_channel(
+    target: str, certificate_pem: bytes, *, options: Sequence[tuple[str, int]] = ()
+) -> grpc.Channel:
     """A channel that completes TLS only with the holder of `certificate_pem`'s key."""
     credentials = grpc.ssl_channel_credentials(root_certificates=certificate_pem)
     return grpc.secure_channel(
-        target, credentials, options=[("grpc.ssl_target_name_override", SERVER_NAME)]
+        target, credentials, options=[("grpc.ssl_target_name_override", SERVER_NAME), *options]
     )
 
 
@@ -91,7 +94,7 @@ def connect_attested(
     for attempt in range(1, PIN_ATTEMPTS + 1):
         certificate_pem = fetch_certificate(target, timeout=timeout)
         key = x509.load_pem_x509_certificate(certificate_pem).public_key()
-        channel = pinned_channel(target, certificate_pem)
+        channel = pinned_channel(target, certificate_pem, options=USER_API_MESSAGE_OPTIONS)
         nonce = secrets.token_bytes(NONCE_SIZE)
         try:
             response = UserApiClient(channel, timeout=timeout).attest(

@@ -180,7 +180,9 @@ class CoordinatorServer:
         credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
         interceptors: list[grpc.ServerInterceptor] = [DeliberateStatus(coordinator.metrics)]
         self._user = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors
+            futures.ThreadPoolExecutor(max_workers=8),
+            interceptors=interceptors,
+            options=services.USER_API_MESSAGE_OPTIONS,  # manifests of 10 000 policies
         )
         self._user.add_generic_rpc_handlers(
             [services.user_api_handler(UserApi(coordinator, identity, issuer))]
