@@ -56,7 +56,7 @@ def _arguments(state: Path, port: int) -> list[str]:
         "coordinator", "--tee", "emulated-snp", "--tee-state", str(state / "tee"),
         "--policy-hash", "00" * 32, "--state-dir", str(state / f"coordinator-{port}"),
         "--listen", "127.0.0.1", "--user-api-port", str(free_port()),
-        "--mesh-api-port", str(free_port()), "--http-port", str(port),
+        "--mesh-api-port", str(free_port()), "--http-port", str(port), "--transit-port", "0",
     ]  # fmt: skip
 
 

@@ -31,7 +31,7 @@ def command(
         sys.executable, "-m", "contrast", "coordinator", "--tee", "emulated-snp",
         "--tee-state", str(tee_dir), "--policy-hash", policy_hash.hex(),
         "--state-dir", str(state_dir), "--listen", "127.0.0.1", "--user-api-port", "0",
-        "--mesh-api-port", "0", "--http-port", "0", *extra,
+        "--mesh-api-port", "0", "--http-port", "0", "--transit-port", "0", *extra,
     ]  # fmt: skip
 
 

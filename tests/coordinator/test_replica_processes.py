@@ -47,7 +47,8 @@ class Replica:
     def flags(self, peers: list[Replica], kubeconfig: Path, namespace: str) -> list[str]:
         return [
             "--user-api-port", str(self.user_api), "--mesh-api-port", str(self.mesh_api),
-            "--http-port", str(self.http), "--history", "configmaps", "--namespace", namespace,
+            "--http-port", str(self.http), "--transit-port", "0", "--history", "configmaps",
+            "--namespace", namespace,
             "--kubeconfig", str(kubeconfig), "--peer-interval", "0.2",
             *(f"--peer=127.0.0.1:{peer.mesh_api}" for peer in peers if peer != self),
         ]  # fmt: skip

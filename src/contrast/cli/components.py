@@ -20,7 +20,8 @@ from contrast.atls.identity import TlsIdentity
 from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.peers import DEFAULT_INTERVAL, PeerRecovery, PeerSources
-from contrast.coordinator.server import CoordinatorServer, Ports
+from contrast.coordinator.server import CannotListen, CoordinatorServer, Ports
+from contrast.coordinator.transit.server import TransitServer
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend, open_store
 from contrast.history.history import History
@@ -78,6 +79,9 @@ def register(commands: Any) -> None:
     coordinator.add_argument("--user-api-port", type=int, default=1313)
     coordinator.add_argument("--mesh-api-port", type=int, default=7777)
     coordinator.add_argument("--http-port", type=int, default=9102, help="metrics and probes")
+    coordinator.add_argument(
+        "--transit-port", type=int, default=8200, help="the transit engine (Vault auto-unseal)"
+    )
     coordinator.set_defaults(run=run_coordinator)
 
     initializer = commands.add_parser(
@@ -183,17 +187,26 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         ports=Ports(arguments.user_api_port, arguments.mesh_api_port, arguments.http_port),
         started=peers.first_attempt_done.is_set,
     )
+    try:
+        transit = TransitServer(
+            coordinator.active_state, host=arguments.listen, port=arguments.transit_port
+        )
+    except OSError as error:
+        raise CannotListen(f"cannot listen on port {arguments.transit_port}: {error}") from None
     server.start()
+    transit.start()
     log.info(
-        "Coordinator started in mode %r: user API %s, mesh API %s, HTTP %s",
+        "Coordinator started in mode %r: user API %s, mesh API %s, HTTP %s, transit %s",
         str(coordinator.mode),
         *server.ports.__dict__.values(),
+        transit.port,
     )
     peers.start()
 
     def stop(signum: int, frame: FrameType | None) -> None:
         log.info("stopping on signal %s", signum)
         peers.stop()
+        transit.stop()
         server.stop()
 
     signal.signal(signal.SIGTERM, stop)

@@ -201,6 +201,13 @@ class Coordinator:
                 self._state = replace(state, generation=count)
                 self.metrics.manifest_generation.set(count)
 
+    def active_state(self) -> State:
+        """The state to answer from, for servers beside the gRPC ones (the transit engine).
+
+        As every RPC: the newest in the history, NotReady without a manifest or in recovery.
+        """
+        return self._ready_state()
+
     def _ready_state(self) -> State:
         """The state to answer from: the newest in the history (see the module docstring)."""
         state = self._state

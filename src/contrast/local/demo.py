@@ -131,6 +131,7 @@ class Demo:
                     "--user-api-port", str(ports.user),
                     "--mesh-api-port", str(ports.mesh),
                     "--http-port", str(ports.http),
+                    "--transit-port", "0",
                     *peers, "--peer-interval", str(PEER_INTERVAL),
                 ],
             )  # fmt: skip
