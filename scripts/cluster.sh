@@ -265,7 +265,7 @@ pki() {
 
 configs() {
     local cgroup=$1
-    mkdir -p "$DIR/cni/net.d" "$DIR/containerd/certs.d/$REGISTRY" "$DIR/kubelet" "$DIR/pod-logs" "$DIR/registry"
+    mkdir -p "$DIR/cni/net.d" "$DIR/containerd/certs.d/$REGISTRY" "$DIR/kubelet" "$DIR/registry"
     cat >"$DIR/cni/net.d/10-contrast.conflist" <<EOF
 {
   "cniVersion": "1.0.0",
@@ -363,7 +363,7 @@ containerRuntimeEndpoint: unix://$DIR/containerd/containerd.sock
 clusterDomain: cluster.local
 clusterDNS: [$DNS_SERVICE_IP]
 resolvConf: ""
-podLogsDir: $DIR/pod-logs
+podLogsDir: /var/log/pods
 volumePluginDir: $DIR/kubelet/volume-plugins
 failSwapOn: false
 serializeImagePulls: false
@@ -597,7 +597,7 @@ install_runtime() {
         failed "$log" "contrast node-installer failed"
     # The policy a pod is generated with expects its network namespace where containerd keeps it on
     # a node (/var/run/netns/cni-<uuid>, as every Kata policy does), not under our state folder; down
-    # removes the ones of this cluster's pods (netns_of_pods).
+    # removes the ones of this cluster's pods (outside_of_pods).
     local restart=
     if grep -q '^  netns_mounts_under_state_dir = true$' "$DIR/containerd/config.toml"; then
         sed -i 's/^  netns_mounts_under_state_dir = true$/  netns_mounts_under_state_dir = false/' "$DIR/containerd/config.toml"
@@ -648,17 +648,23 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-# The network namespace files of this cluster's pods that are not under DIR (the sandboxes' specs
-# name them), while containerd answers; nothing otherwise.
-netns_of_pods() {
+# What this cluster's pods have outside DIR, as the sandboxes' specs name it, while containerd
+# answers (nothing otherwise): "netns PATH" for their network namespace files (install-runtime
+# puts them in /var/run/netns) and "logs PATH" for their log folders in /var/log/pods (the
+# kubelet's podLogsDir is a node's, which every policy's sandbox-log-directory expects).
+outside_of_pods() {
     local socket=$DIR/containerd/containerd.sock id
     [ -S "$socket" ] || return 0
     for id in $(timeout 10 ctr --address "$socket" -n k8s.io containers ls -q 2>/dev/null || true); do
         timeout 10 ctr --address "$socket" -n k8s.io containers info "$id" 2>/dev/null |
             python3 -c 'import json, sys
-for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces", []):
+spec = json.load(sys.stdin).get("Spec", {})
+for n in spec.get("linux", {}).get("namespaces", []):
     if n.get("type") == "network" and n.get("path", "").startswith(("/var/run/netns/cni-", "/run/netns/cni-")):
-        print(n["path"])' 2>/dev/null || true
+        print("netns", n["path"])
+logs = spec.get("annotations", {}).get("io.kubernetes.cri.sandbox-log-directory", "")
+if logs.startswith("/var/log/pods/") and "/" not in logs[len("/var/log/pods/"):] and ".." not in logs:
+    print("logs", logs)' 2>/dev/null || true
     done | sort -u
 }
 
@@ -666,10 +672,11 @@ down() {
     [ "$(id -u)" -eq 0 ] || die "down needs root"
     [ -d "$DIR" ] || return 0
     DIR=$(cd "$DIR" && pwd)
-    local name pid netns
-    # The pods' network namespaces outside DIR (install-runtime puts them in /var/run/netns), asked
-    # of containerd while it runs.
-    netns=$(netns_of_pods)
+    local name pid outside netns logs
+    # The pods' network namespaces and log folders outside DIR, asked of containerd while it runs.
+    outside=$(outside_of_pods)
+    netns=$(awk '$1 == "netns" { print $2 }' <<<"$outside")
+    logs=$(awk '$1 == "logs" { print $2 }' <<<"$outside")
     # kubelet first, so that it does not restart what is stopped after it.
     for name in kubelet kube-proxy coredns kube-scheduler kube-controller-manager kube-apiserver registry etcd containerd; do
         pid=$(cat "$DIR/$name.pid" 2>/dev/null) || continue
@@ -724,7 +731,10 @@ down() {
         ip link del "kc$slot-host" 2>/dev/null || true
         rm -f /var/lib/cni/results/contrast-kc"$slot"-* 2>/dev/null || true
     fi
-    find /var/log/containers -maxdepth 1 -type l -lname "$DIR/*" -delete 2>/dev/null || true
+    for target in $logs; do
+        find /var/log/containers -maxdepth 1 -type l -lname "$target/*" -delete 2>/dev/null || true
+        rm -rf "$target"
+    done
     # What was made in DIR, except the logs (they tell why an up failed).
     find "$DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} + 2>/dev/null || true
 }

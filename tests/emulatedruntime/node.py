@@ -223,6 +223,7 @@ class Node:
                  "resolv.conf": "nameserver 10.96.0.10\n", "termination-log": ""}  # fmt: skip
         for name, text in files.items():
             (kubelet / name).write_text(text)
+        (kubelet / "shm").mkdir()  # the sandbox's shm CRI binds (a tmpfs on a node)
         return {"pause": pause, "app": app, "kubelet": kubelet}
 
     def base_spec(self) -> dict[str, Any]:
@@ -241,8 +242,10 @@ class Node:
         process.update(args=["/pause"], cwd="/", noNewPrivileges=True)
         process["user"] = {"uid": 65535, "gid": 65535, "additionalGids": [65535]}
         spec["mounts"] = [m for m in spec["mounts"] if m["destination"] != "/run"]
-        spec["mounts"].append(self._bind("/etc/resolv.conf", "resolv.conf",
-                                         ["rbind", "ro", "nosuid", "nodev", "noexec"]))  # fmt: skip
+        # As containerd 1.6's CRI (Debian's, the emulated platforms'): its default /dev/shm tmpfs
+        # stays and CRI's bind of the sandbox's shm follows it; resolv.conf is `rbind,ro` only.
+        spec["mounts"].append(self._bind("/dev/shm", "shm", ["rbind", "ro"]))
+        spec["mounts"].append(self._bind("/etc/resolv.conf", "resolv.conf", ["rbind", "ro"]))
         spec["annotations"] = {
             "io.kubernetes.cri.container-type": "sandbox",
             "io.kubernetes.cri.sandbox-id": pod.sandbox_id,

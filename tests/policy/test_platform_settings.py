@@ -1,7 +1,8 @@
-"""Each platform's settings: the emulated ones expect the OCI version of the node's containerd.
+"""Each platform's settings: the emulated ones expect what the node's containerd writes.
 
 Debian's containerd 1.6.20, on which the emulated runtime runs, writes ociVersion 1.0.2-dev into
-every spec; Kata's default settings expect 1.1.0, which refused every default-generated pod there.
+every spec and mounts a sandbox's resolv.conf `rbind,ro`; Kata's default settings expect 1.1.0
+and nosuid,nodev,noexec too, which refused every default-generated pod there.
 """
 
 from __future__ import annotations
@@ -26,17 +27,26 @@ def test_each_platform_gets_its_containerds_version(platform: str) -> None:
     expected = "1.0.2-dev" if platform.startswith("emulated-") else "1.1.0"
     settings = for_platform(default_settings(), platform)
     assert settings.get("kata_config", "oci_version") == expected
+    # containerd 1.6 mounts the sandbox's resolv.conf rbind,ro (1.7 adds nosuid,nodev,noexec).
+    resolv = settings.document["pause_container"]["Mounts"][1]
+    assert resolv["destination"] == "/etc/resolv.conf"
+    full = ["rbind", "ro", "nosuid", "nodev", "noexec"]
+    assert resolv["options"] == (["rbind", "ro"] if platform.startswith("emulated-") else full)
     # Nothing else changes.
     document = copy.deepcopy(dict(settings.document))
     document["kata_config"]["oci_version"] = "1.1.0"
+    document["pause_container"]["Mounts"][1]["options"] = full
     assert document == dict(default_settings().document)
 
 
 def test_a_version_the_user_set_stays() -> None:
     document = copy.deepcopy(dict(default_settings().document))
     document["kata_config"]["oci_version"] = "1.2.0"
+    document["pause_container"]["Mounts"][1]["options"] = ["rbind", "ro", "nosuid"]
     settings = Settings(document, "mine")
-    assert for_platform(settings, "emulated-snp").get("kata_config", "oci_version") == "1.2.0"
+    emulated = for_platform(settings, "emulated-snp")
+    assert emulated.get("kata_config", "oci_version") == "1.2.0"
+    assert emulated.document["pause_container"]["Mounts"][1]["options"] == ["rbind", "ro", "nosuid"]
 
 
 def _pod(runtime_class: str | None) -> Workload:

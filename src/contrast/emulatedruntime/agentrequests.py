@@ -261,7 +261,14 @@ def _mounts(
         options = [str(o) for o in _list(item.get("options"))]
         bind = type_ == "bind" or "bind" in options or "rbind" in options
         if destination == "/dev/shm":  # noqa: S108 (a mount destination)
-            mounts.append(_mount(destination, SANDBOX_SHM, "bind", ["rbind"]))
+            shm = _mount(destination, SANDBOX_SHM, "bind", ["rbind"])
+            # containerd 1.6 lists /dev/shm twice in a sandbox's spec (its default tmpfs, then
+            # CRI's bind; 1.7 drops the first). Kata's handleShm rewrites every /dev/shm entry
+            # in place to this same bind of the sandbox's shm and keeps both, which the rules
+            # refuse (two input mounts, one policy mount). Both are the one guest mount, so a
+            # byte-identical repeat is sent once; any other repeated destination stays.
+            if shm not in mounts:
+                mounts.append(shm)
         elif bind and _EMPTY_DIR in source and is_tmpfs(source):
             # medium: Memory (kubelet mounted a tmpfs): a tmpfs the guest makes, as Kata's
             # ephemeral storage, at a guest path named after the volume.

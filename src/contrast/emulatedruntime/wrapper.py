@@ -16,6 +16,7 @@ socket at `CONTAINER_DIRECTORY` (read-only): the pod's only way to its TEE.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -85,9 +86,12 @@ def _exec_runc(settings: NodeSettings, argv: Sequence[str]) -> NoReturn:
 
 
 def _report(call: runccli.RuncCall, error: ContrastError) -> None:
-    """Tell containerd why: on stderr, and as runc's last error in its log file."""
+    """Tell containerd why: as runc's last error in its log file, then on stderr.
+
+    The log first: for a sandbox the shim has closed runc's stderr, and the kubelet's event takes
+    the reason from the log ("unable to retrieve OCI runtime error" when there is none).
+    """
     message = str(error)
-    print(message, file=sys.stderr)
     if call.log:
         line = (
             json.dumps({"level": "error", "msg": message, "time": datetime.now(UTC).isoformat()})
@@ -99,6 +103,11 @@ def _report(call: runccli.RuncCall, error: ContrastError) -> None:
                 log.write(line + "\n")
         except OSError:
             pass
+    if sys.stderr is None:  # fd 2 was closed when Python started
+        return
+    # stderr's reader may be gone (a sandbox's create): the log has the reason then.
+    with contextlib.suppress(OSError, ValueError):
+        print(message, file=sys.stderr, flush=True)
 
 
 def _load_policy(toml: bytes, state: Mapping[str, Any]) -> AgentPolicy:

@@ -209,30 +209,34 @@ def default_settings() -> Settings:
     return Settings.from_text(default_settings_text(), "default settings")
 
 
-# The drop-in each platform's settings get, as Kata's 20-oci-* examples for a containerd version:
-# the emulated platforms run on the node's own containerd (Debian's 1.6.20 writes ociVersion
-# 1.0.2-dev into every spec, where Kata's default expects 1.1.0). Real platforms keep the
-# settings as they are. The drop-in changes only the default: an OCI version the user set stays.
-PLATFORM_DROP_INS = {
-    "emulated-snp": "20-oci-1.0.2-dev-drop-in.json",
-    "emulated-tdx": "20-oci-1.0.2-dev-drop-in.json",
+# The drop-ins each platform's settings get, as Kata's 20-oci-* examples for a containerd version:
+# the emulated platforms run on the node's own containerd, Debian's 1.6.20, which writes ociVersion
+# 1.0.2-dev into every spec (Kata's default expects 1.1.0) and mounts a sandbox's
+# /etc/resolv.conf `rbind,ro` (1.7 added nosuid, nodev and noexec, which Kata's default expects).
+# Real platforms keep the settings as they are. A drop-in changes only the default: what the user
+# set stays.
+_CONTAINERD_1_6 = ("20-oci-1.0.2-dev-drop-in.json", "30-containerd-1.6-resolv-conf-drop-in.json")
+PLATFORM_DROP_INS: dict[str, tuple[str, ...]] = {
+    "emulated-snp": _CONTAINERD_1_6,
+    "emulated-tdx": _CONTAINERD_1_6,
 }
 
 
 def for_platform(settings: Settings, platform: str) -> Settings:
-    """`settings` with `platform`'s drop-in applied (the same settings for most platforms).
+    """`settings` with `platform`'s drop-ins applied (the same settings for most platforms).
 
     A drop-in whose `test` no longer holds (the user changed what it replaces) is left out.
     """
-    name = PLATFORM_DROP_INS.get(platform)
-    if name is None:
+    document, source = settings.document, settings.source
+    for name in PLATFORM_DROP_INS.get(platform, ()):
+        patch = json.loads((ASSETS / name).read_text(encoding="utf-8"))
+        try:
+            document = apply_patch(document, patch)
+        except JsonPatchError:
+            continue
+        source = f"{source} + {name}"
+    if source == settings.source:
         return settings
-    patch = json.loads((ASSETS / name).read_text(encoding="utf-8"))
-    try:
-        document = apply_patch(settings.document, patch)
-    except JsonPatchError:
-        return settings
-    source = f"{settings.source} + {name}"
     return Settings(_checked(document, source), source)
 
 
