@@ -262,34 +262,8 @@ def coordinator_resources(
     With `namespace`, every resource names it (and the RoleBinding's subject); without, they go
     where `kubectl apply -n` puts them.
     """
-    count = default_replicas(history) if replicas is None else replicas
-    if count < 1:
-        raise ReleaseError(f"--replicas {count}: a Coordinator needs at least one replica")
-    if count > 1 and history is HistoryBackend.FILES:
-        raise ReleaseError(
-            f"--replicas {count} needs --history configmaps: replicas cannot share a"
-            " ReadWriteOnce file-system volume"
-        )
-
-    def probe(path: str, period: int, threshold: int) -> dict[str, Any]:
-        return {
-            "httpGet": {"path": path, "port": HTTP_PORT},
-            "periodSeconds": period,
-            "failureThreshold": threshold,
-        }
-
-    container: dict[str, Any] = {
-        "name": "coordinator",
-        "image": image,
-        "args": ["coordinator", "--history", str(history)],
-        # On an emulated platform the TEE is the emulated runtime's socket in the pod.
-        "env": [{"name": "CONTRAST_TEE", "value": "emulated" if platform.emulated else "hardware"}],
-        "ports": _ports(),
-        "resources": {"limits": {"memory": "200Mi"}, "requests": {"memory": "200Mi"}},
-        "startupProbe": probe("/probe/startup", 1, 60),
-        "livenessProbe": probe("/probe/liveness", 10, 3),
-        "readinessProbe": probe("/probe/readiness", 5, 3),
-    }
+    count = _replica_count(history, replicas)
+    container = _coordinator_container(platform, image, history)
     pod_spec: dict[str, Any] = {"runtimeClassName": platform.runtime_class_name}
     spec: dict[str, Any] = {
         "replicas": count,
@@ -305,39 +279,9 @@ def coordinator_resources(
     }
     resources: list[dict[str, Any]] = []
     if history is HistoryBackend.FILES:
-        container["args"] += ["--state-dir", STATE_DIR]
-        container["volumeMounts"] = [{"name": "state", "mountPath": STATE_DIR}]
-        spec["volumeClaimTemplates"] = [
-            {
-                "metadata": {"name": "state"},
-                "spec": {
-                    "accessModes": ["ReadWriteOnce"],
-                    "resources": {"requests": {"storage": "1Gi"}},
-                },
-            }
-        ]
-        spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
+        _keep_history_in_files(container, spec)
     else:
-        # The namespace comes from the service account mount, the API from in-cluster config;
-        # ready peers from the headless Service's DNS name.
-        container["args"] += ["--peer-service", f"{PEER_SERVICE}:{MESH_API_PORT}"]
-        pod_spec["serviceAccountName"] = "coordinator"
-        spec["serviceName"] = PEER_SERVICE
-        # A restarted replica must not wait for the others' order: it recovers from any of them.
-        spec["podManagementPolicy"] = "Parallel"
-        pod_spec["affinity"] = {
-            "podAntiAffinity": {
-                "preferredDuringSchedulingIgnoredDuringExecution": [
-                    {
-                        "weight": 100,
-                        "podAffinityTerm": {
-                            "labelSelector": {"matchLabels": dict(COORDINATOR_LABELS)},
-                            "topologyKey": "kubernetes.io/hostname",
-                        },
-                    }
-                ]
-            }
-        }
+        _keep_history_in_configmaps(container, spec, pod_spec)
         resources += _access()
     pod_spec["containers"] = [container]
     statefulset = {
@@ -354,8 +298,94 @@ def coordinator_resources(
     if history is HistoryBackend.CONFIGMAPS:
         resources.append(_peer_service())
     if namespace is not None:
-        for resource in resources:
-            resource["metadata"]["namespace"] = namespace
-            for subject in resource.get("subjects", []):
-                subject["namespace"] = namespace
+        _place_in_namespace(resources, namespace)
     return resources
+
+
+def _replica_count(history: HistoryBackend, replicas: int | None) -> int:
+    """The replicas asked for (or the backend's default), refused where they cannot work."""
+    count = default_replicas(history) if replicas is None else replicas
+    if count < 1:
+        raise ReleaseError(f"--replicas {count}: a Coordinator needs at least one replica")
+    if count > 1 and history is HistoryBackend.FILES:
+        raise ReleaseError(
+            f"--replicas {count} needs --history configmaps: replicas cannot share a"
+            " ReadWriteOnce file-system volume"
+        )
+    return count
+
+
+def _probe(path: str, period: int, threshold: int) -> dict[str, Any]:
+    return {
+        "httpGet": {"path": path, "port": HTTP_PORT},
+        "periodSeconds": period,
+        "failureThreshold": threshold,
+    }
+
+
+def _coordinator_container(
+    platform: Platform, image: str, history: HistoryBackend
+) -> dict[str, Any]:
+    """The Coordinator's container, as every history backend runs it."""
+    return {
+        "name": "coordinator",
+        "image": image,
+        "args": ["coordinator", "--history", str(history)],
+        # On an emulated platform the TEE is the emulated runtime's socket in the pod.
+        "env": [{"name": "CONTRAST_TEE", "value": "emulated" if platform.emulated else "hardware"}],
+        "ports": _ports(),
+        "resources": {"limits": {"memory": "200Mi"}, "requests": {"memory": "200Mi"}},
+        "startupProbe": _probe("/probe/startup", 1, 60),
+        "livenessProbe": _probe("/probe/liveness", 10, 3),
+        "readinessProbe": _probe("/probe/readiness", 5, 3),
+    }
+
+
+def _keep_history_in_files(container: dict[str, Any], spec: dict[str, Any]) -> None:
+    """One replica whose history is on its own volume, deleted with the StatefulSet."""
+    container["args"] += ["--state-dir", STATE_DIR]
+    container["volumeMounts"] = [{"name": "state", "mountPath": STATE_DIR}]
+    spec["volumeClaimTemplates"] = [
+        {
+            "metadata": {"name": "state"},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        }
+    ]
+    spec["persistentVolumeClaimRetentionPolicy"] = {"whenDeleted": "Delete"}
+
+
+def _keep_history_in_configmaps(
+    container: dict[str, Any], spec: dict[str, Any], pod_spec: dict[str, Any]
+) -> None:
+    """Replicas that share the history in ConfigMaps and find each other by the peer Service."""
+    # The namespace comes from the service account mount, the API from in-cluster config;
+    # ready peers from the headless Service's DNS name.
+    container["args"] += ["--peer-service", f"{PEER_SERVICE}:{MESH_API_PORT}"]
+    pod_spec["serviceAccountName"] = "coordinator"
+    spec["serviceName"] = PEER_SERVICE
+    # A restarted replica must not wait for the others' order: it recovers from any of them.
+    spec["podManagementPolicy"] = "Parallel"
+    pod_spec["affinity"] = {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": dict(COORDINATOR_LABELS)},
+                        "topologyKey": "kubernetes.io/hostname",
+                    },
+                }
+            ]
+        }
+    }
+
+
+def _place_in_namespace(resources: list[dict[str, Any]], namespace: str) -> None:
+    """Name `namespace` in every resource and in every RoleBinding subject."""
+    for resource in resources:
+        resource["metadata"]["namespace"] = namespace
+        for subject in resource.get("subjects", []):
+            subject["namespace"] = namespace
