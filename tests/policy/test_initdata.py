@@ -5,16 +5,20 @@ from __future__ import annotations
 import base64
 import gzip
 import hashlib
+import tomllib
 import zlib
+from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from contrast.policy.initdata import (
+    INSECURE_DEBUG_ENTRY,
     Initdata,
     InitdataError,
     PolicyEncoder,
+    _read_written,
     decode_annotation,
     digest,
     encode_annotation,
@@ -22,6 +26,7 @@ from contrast.policy.initdata import (
     policy_hash,
 )
 
+ASSETS = Path(__file__).resolve().parents[2] / "src" / "contrast" / "policy" / "assets"
 POLICY = "package agent_policy\n\ndefault CreateContainerRequest := false\n"
 
 
@@ -150,3 +155,102 @@ def test_deflate_split_beyond_the_window(at: int) -> None:
     first = deflate.compress(data[:at])
     rest = deflate.copy()
     assert first + rest.compress(data[at:]) + rest.flush() == zlib.compress(data, 9, wbits=-15)
+
+
+# The fast reading of what `to_toml` writes (`_read_written`) against tomllib's: it either
+# declines (None: tomllib reads or refuses) or gives what tomllib gives, for exactly the bytes
+# `to_toml` writes for that document.
+
+
+def _tomllib_reading(toml: bytes) -> Initdata | InitdataError:
+    """What `from_toml` gives with the fast reading out of the way."""
+    try:
+        document = tomllib.loads(toml.decode())
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as error:
+        return InitdataError(str(error))
+    data, algorithm = document.get("data", {}), document.get("algorithm")
+    if algorithm not in ("sha256", "sha384", "sha512") or not isinstance(data, dict):
+        return InitdataError("refused")
+    if not all(isinstance(v, str) for v in data.values()):
+        return InitdataError("refused")
+    return Initdata(data, algorithm, str(document.get("version", "0.1.0")))
+
+
+def _agrees(toml: bytes) -> bool:
+    """Whether the fast reading declines `toml` (else it read what tomllib reads, checked)."""
+    read = _read_written(toml)
+    if read is None:
+        return True
+    assert read.to_toml() == toml
+    assert _tomllib_reading(toml) == read
+    return False
+
+
+def test_the_fast_reading_takes_a_generated_policy() -> None:
+    rules = (ASSETS / "rules.rego").read_text() + (ASSETS / "settings.json").read_text()
+    initdata = Initdata({INSECURE_DEBUG_ENTRY: "true", "policy.rego": rules + "\n# web\n"})
+    toml = initdata.to_toml()
+    assert len(toml) > 50_000
+    assert _read_written(toml) == initdata == Initdata.from_toml(toml)
+    assert not _agrees(toml)
+
+
+@given(
+    st.dictionaries(st.text(), st.text(), max_size=4),
+    st.sampled_from(["sha256", "sha384", "sha512"]),
+    st.text(),
+)
+def test_the_fast_reading_of_any_written_document_is_tomllibs(
+    data: dict[str, str], algorithm: str, version: str
+) -> None:
+    toml = Initdata(data, algorithm, version).to_toml()
+    _agrees(toml)
+    assert Initdata.from_toml(toml) == _tomllib_reading(toml)
+
+
+@given(st.binary(max_size=200))
+def test_the_fast_reading_of_any_bytes_declines_or_agrees(toml: bytes) -> None:
+    _agrees(b"version = '0.1.0'\nalgorithm = 'sha256'\n\n[data]\n" + toml)
+    _agrees(toml)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"policy.rego": POLICY},
+        {"a": "one line", "b-c_d": "x\ny", "": "", "policy.rego": POLICY, "é": "ü\n"},
+        {"policy.rego": "ends with a quote'\n"},
+        {"policy.rego": "has ''' inside\n"},
+        {"k": "it's"},
+        {"k": "tab\there\n"},
+    ],
+)
+def test_every_one_byte_change_of_a_document_is_declined_or_read_as_tomllib_reads_it(
+    data: dict[str, str],
+) -> None:
+    toml = Initdata(data).to_toml()
+    changes = [b"", b"'", b'"', b"\n", b"\r", b"\\", b"=", b" ", b"[", b"a", b"\x00", b"\xc3"]
+    accepted = 0
+    for at in range(len(toml) + 1):
+        for change in changes:
+            for changed in (toml[:at] + change + toml[at + 1 :], toml[:at] + change + toml[at:]):
+                accepted += not _agrees(changed)
+    # Where the document itself is read fast (no basic string in it), some changes are too:
+    # another document that `to_toml` writes that way (a letter more in a value).
+    assert (accepted > 0) == (_read_written(toml) is not None)
+
+
+def test_what_to_toml_does_not_write_is_left_to_tomllib() -> None:
+    written = Initdata({"policy.rego": POLICY}).to_toml()
+    for other in (
+        written.replace(b"'0.1.0'", b'"0.1.0"'),  # a basic string: valid TOML, not ours
+        written.replace(b'"policy.rego"', b"'policy.rego'"),  # a literal key
+        written + b"\n",  # a blank line at the end
+        written.replace(b"\n", b"\r\n"),
+        written.replace(b"[data]\n", b"[data]\nb = 'x'\na = 'y'\n"),  # unsorted
+        written.replace(b"[data]\n", b"[data]\nZ = 'x'\nZ = 'y'\n"),  # a duplicate key
+    ):
+        assert _read_written(other) is None
+    assert Initdata.from_toml(written.replace(b"'0.1.0'", b'"0.1.0"')).policy == POLICY
+    with pytest.raises(InitdataError):
+        Initdata.from_toml(written.replace(b"[data]\n", b"[data]\nZ = 'x'\nZ = 'y'\n"))
