@@ -63,15 +63,11 @@ LAYERS: dict[str, int] = {
 
 # Imports that go up or round today, as (importing package, imported package): issue 27 removes
 # them. platforms.py and runtimehashes.py import nodeinstaller inside functions (the runtime
-# description's cycle); attestation/emulated/endpoint.py speaks the `api` protobuf while `api`
-# converts attestation's evidence; kuberesource (debugshell, securepv) takes imagebuild's Python
-# version while imagebuild takes kuberesource's release image names.
+# description's cycle).
 KNOWN_UPWARD: frozenset[tuple[str, str]] = frozenset(
     {
         ("platforms", "nodeinstaller"),
         ("runtimehashes", "nodeinstaller"),
-        ("attestation", "api"),
-        ("kuberesource", "imagebuild"),
     }
 )
 

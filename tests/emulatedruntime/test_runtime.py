@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
+from contrast.api import teeendpoint as endpoint
 from contrast.api.convert import evidence_from_proto
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
 from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.attestation.certificates import load_certificate
-from contrast.attestation.emulated import endpoint
 from contrast.attestation.emulated.snp import load_roots
 from contrast.attestation.snp.verify import verify_evidence
 from contrast.errors import ContrastError

@@ -9,9 +9,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from contrast.api import teeendpoint as endpoint
 from contrast.api.convert import evidence_from_proto
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
-from contrast.attestation.emulated import endpoint
 from contrast.attestation.emulated.tdx import load_roots
 from contrast.attestation.tdx.verify import verify_quote_bytes
 from tests.emulatedruntime.node import PROBE, REPORT_DATA, Node, app_pod

@@ -37,7 +37,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from contrast.attestation.emulated import endpoint
+from contrast.api import teeendpoint as endpoint
 from contrast.attestation.emulated.socketpath import CONTAINER_DIRECTORY, SOCKET_NAME
 from contrast.emulatedruntime.teeserver import make_signer
 from contrast.policy import initdata

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 
-from contrast.attestation.emulated.endpoint import DEFAULT_SOCKET, SOCKET_ENV, SocketIssuer
+from contrast.api.teeendpoint import DEFAULT_SOCKET, SOCKET_ENV, SocketIssuer
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.attestation.evidence import Evidence, Tee

@@ -18,7 +18,7 @@ import threading
 import time
 from pathlib import Path
 
-from contrast.attestation.emulated import endpoint
+from contrast.api import teeendpoint as endpoint
 from contrast.emulatedruntime.node import EmulatedRuntimeError, NodeSettings, Sandbox
 from contrast.policy import initdata
 

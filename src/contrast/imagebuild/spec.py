@@ -13,10 +13,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from contrast.kuberesource import releaseimages
+
 # The Debian release whose python3.11 the images run; the tests and the CLI use 3.11 too.
 DEBIAN_SUITE = "bookworm"
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
-PYTHON = "/usr/bin/python3.11"
+PYTHON = releaseimages.PYTHON  # kept in kuberesource, whose resources run it too
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 PROGRAM = "/usr/local/bin/contrast"
 ENVOY = "/usr/local/bin/envoy"

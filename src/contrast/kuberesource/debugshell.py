@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from contrast.imagebuild.spec import PYTHON
 from contrast.kuberesource.release import INITIALIZER_IMAGE
+from contrast.kuberesource.releaseimages import PYTHON
 from contrast.kuberesource.workloads import ResourceError, Workload
 
 NAME = "contrast-debug-shell"

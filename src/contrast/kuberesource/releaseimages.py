@@ -23,6 +23,10 @@ from contrast import __version__
 from contrast.images.model import ImageConfig, ImageFacts
 
 IMAGE_REPOSITORY = "ghcr.io/contrast-python"
+# The interpreter of every release image (Debian bookworm's python3.11, `imagebuild.spec`): the
+# image build installs it there, and the resources that run Python in a release image (the debug
+# shell, the secure-PV probe) name it.
+PYTHON = "/usr/bin/python3.11"
 RESOURCE = "release-images.json"
 NAMES = ("coordinator", "initializer", "service-mesh-proxy", "node-installer")
 SOURCE_BUILD_NOTE = (

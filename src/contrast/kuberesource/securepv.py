@@ -23,9 +23,9 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from contrast.imagebuild.spec import PYTHON
 from contrast.initializer import cryptsetup
 from contrast.kuberesource.knownannotations import parse_secure_pv
+from contrast.kuberesource.releaseimages import PYTHON
 from contrast.kuberesource.workloads import CONTRAST_ANNOTATION_PREFIX, ResourceError, Workload
 
 SECURE_PV_ANNOTATION = f"{CONTRAST_ANNOTATION_PREFIX}secure-pv"

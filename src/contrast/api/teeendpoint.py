@@ -9,6 +9,10 @@ pod was started with, and takes exactly 64 bytes of REPORT_DATA per request, not
 Wire format, one exchange per connection: the client sends `MAGIC` and 64 bytes of report data;
 the server answers one status byte (0 evidence, 1 error), a 4-byte big-endian length and that
 many bytes: the `Evidence` protobuf of `contrast.api`, or a UTF-8 error message.
+
+It lives in `api`, beside the protobuf it frames, not in `attestation`: the emulated TEE itself
+(`attestation.emulated`) signs the evidence, and `api.convert` turns it into the message, so the
+endpoint sits above both.
 """
 
 from __future__ import annotations
