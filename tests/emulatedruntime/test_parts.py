@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ from contrast.api import teeendpoint as endpoint
 from contrast.attestation.tdx.quote import Quote
 from contrast.emulatedruntime import agentrequests, runccli
 from contrast.emulatedruntime.launcher import render_launcher
-from contrast.emulatedruntime.node import RUNC_ENV, NodeSettings
+from contrast.emulatedruntime.node import RUNC_ENV, STATE_ENV, NodeSettings
 from contrast.emulatedruntime.teeserver import make_signer
 from contrast.emulatedruntime.wrapper import run
 from contrast.policy import initdata
@@ -249,3 +251,49 @@ def test_a_memory_empty_dir_is_an_ephemeral_storage() -> None:
 def test_the_mount_table_tells_a_tmpfs() -> None:
     assert agentrequests.on_tmpfs("/dev/shm/anything")
     assert not agentrequests.on_tmpfs("/proc/self")
+
+
+def test_containerd_16s_two_dev_shm_entries_are_the_one_guest_mount() -> None:
+    """containerd 1.6's sandbox spec: its default /dev/shm tmpfs, then CRI's bind. Kata's
+    handleShm makes both the same bind of the sandbox's shm; it is sent once, as from 1.7."""
+    tmpfs = {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+             "options": ["nosuid", "noexec", "nodev", "mode=1777", "size=65536k"]}  # fmt: skip
+    spec = _spec(mounts=[tmpfs, _bind("/dev/shm", "/run/c/sandboxes/s/shm", "rbind", "ro")])
+    request = agentrequests.create_container_request(spec, "c1", bundle="/b")
+    assert request["OCI"]["Mounts"] == [
+        {"destination": "/dev/shm", "source": agentrequests.SANDBOX_SHM, "type_": "bind",
+         "options": ["rbind"]}
+    ]  # fmt: skip
+
+
+def test_another_repeated_destination_is_sent_as_it_came() -> None:
+    """Only the rewritten /dev/shm is one mount: any other destination named twice reaches the
+    policy twice (which refuses it: two input mounts cannot match one policy mount)."""
+    options = ("rbind", "rprivate", "rw")
+    spec = _spec(mounts=[_bind("/etc/hosts", f"{POD}/etc-hosts", *options),
+                         _bind("/etc/hosts", f"{POD}/other", *options)])  # fmt: skip
+    request = agentrequests.create_container_request(spec, "c1", bundle="/b")
+    assert [m["destination"] for m in request["OCI"]["Mounts"]] == ["/etc/hosts", "/etc/hosts"]
+
+
+def test_a_refusal_reaches_runcs_log_when_stderr_is_gone(tmp_path: Path) -> None:
+    """A sandbox's create: the shim no longer reads runc's stderr. The reason must still be the
+    last error in runc's log, where containerd takes it for the pod's event (before, the write
+    to stderr failed first and the event read "unable to retrieve OCI runtime error")."""
+    (tmp_path / "config.json").write_text("{not json")
+    log = tmp_path / "log.json"
+    read, write = os.pipe()
+    os.close(read)  # nobody reads stderr
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "contrast.emulatedruntime", "runc", "--log", str(log),
+             "--log-format", "json", "create", "--bundle", str(tmp_path), "c1"],
+            stderr=write, stdout=subprocess.DEVNULL, timeout=60, check=False,
+            env={**os.environ, RUNC_ENV: "/bin/false", STATE_ENV: str(tmp_path)},
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert result.returncode == 1
+    entry = json.loads(log.read_text())
+    assert entry["level"] == "error"
+    assert entry["msg"].startswith("emulated runtime: create: ")
