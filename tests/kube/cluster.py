@@ -11,9 +11,11 @@ A cluster that cannot start fails the tests that need it, with the failing compo
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,6 +29,7 @@ SCRIPT = REPO / "scripts" / "cluster.sh"
 # A cold `up` builds every binary first: about 25 minutes on CI's two cores.
 UP_TIMEOUT = 3600
 KUBECTL_TIMEOUT = 120
+INSTALL_TIMEOUT = 300
 
 
 class KubectlFailed(subprocess.CalledProcessError):
@@ -124,3 +127,32 @@ def kube_cluster() -> Iterator[Cluster]:
     finally:
         cluster_script("down", directory)
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def install_emulated_runtime(cluster: Cluster, platform: str) -> str:
+    """`cluster.sh install-runtime DIR PLATFORM` with this interpreter (the repo's .venv, which
+    has Contrast) as the launcher's Python; returns the RuntimeClass's handler. A second call
+    changes nothing (and does not restart containerd); a failure fails the test with its log."""
+    result = subprocess.run(
+        ["bash", str(SCRIPT), "install-runtime", str(cluster.directory), platform, sys.executable],
+        capture_output=True, text=True, timeout=INSTALL_TIMEOUT, check=False,
+    )  # fmt: skip
+    if result.returncode != 0:
+        pytest.fail(f"cluster.sh install-runtime failed:\n{result.stderr[-4000:]}")
+    applied = (cluster.directory / f"runtimeclass-{platform}.yaml").read_text()
+    handler = re.search(r"^handler: (\S+)$", applied, re.MULTILINE)
+    assert handler is not None, applied
+    return handler.group(1)
+
+
+@pytest.fixture(scope="session")
+def release_layout(request: pytest.FixtureRequest) -> Path:
+    """This checkout's release images as an OCI layout: the session's `built_images` (built once,
+    about three minutes with the wheel cache of tests/imagebuild). CONTRAST_TEST_IMAGES=DIR names
+    a layout already built from this checkout by `contrast-build-images --output DIR` (while
+    developing)."""
+    reuse = os.environ.get("CONTRAST_TEST_IMAGES")
+    if reuse:
+        return Path(reuse).resolve()
+    built = request.getfixturevalue("built_images")
+    return Path(built.layout)
