@@ -18,7 +18,7 @@ from ruamel.yaml.error import YAMLError
 
 from contrast.boundedfile import read_bounded
 from contrast.client import resources
-from contrast.client.resources import ResourceError, collect_policies
+from contrast.client.resources import ResourceFileUnreadable, collect_policies
 from contrast.errors import ContrastError
 from contrast.kuberesource import yamlbounds, yamlio
 from contrast.kuberesource.yamlmemo import YamlMemo
@@ -35,7 +35,7 @@ def reference(directory: Path) -> dict[str, bytes]:
             data = read_bounded(path, yamlbounds.MAX_FILE_BYTES, what="the resource file")
             documents = yamlbounds.load_all_safe(data.decode(), str(path))
         except (OSError, YAMLError, UnicodeDecodeError) as error:
-            raise ResourceError(f"cannot read {path}: {error}") from None
+            raise ResourceFileUnreadable(f"cannot read {path}: {error}") from None
         for document in documents:
             for value in resources._annotation_values(document):
                 toml = decode_annotation(value)

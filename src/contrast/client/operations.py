@@ -23,6 +23,7 @@ from contrast.api.services import UserApiClient
 from contrast.atls.client import AttestedConnection, connect_attested, rpc_message
 from contrast.atls.reportdata import public_key_der
 from contrast.boundedfile import read_bounded
+from contrast.client.errors import ClientError
 from contrast.client.resources import collect_policies
 from contrast.client.transitions import LastSeen, RolledBack, check_history, last_seen, record
 from contrast.client.workspace import (
@@ -36,7 +37,6 @@ from contrast.client.workspace import (
     load_workload_owner_key,
     read_file,
 )
-from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.history.history import ZERO_HASH, digest
 from contrast.kuberesource import yamlmemo
@@ -55,7 +55,7 @@ SHARE_MAX_CHARACTERS = 4096
 SHARE_MAX_BYTES = 8 << 10
 
 
-class OperationFailed(ContrastError):
+class OperationFailed(ClientError):
     """The Coordinator refused a request, or its answer does not match the local files."""
 
 

@@ -23,7 +23,7 @@ from typing import Any
 from ruamel.yaml.error import YAMLError
 
 from contrast.boundedfile import read_bounded
-from contrast.errors import ContrastError
+from contrast.client.errors import ClientError
 from contrast.kuberesource import yamlbounds
 from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
@@ -31,8 +31,9 @@ from contrast.policy.initdata import ANNOTATION, decode_annotation, policy_hash
 YAML_SUFFIXES = {".yml", ".yaml"}
 
 
-class ResourceError(ContrastError):
-    """A YAML file that cannot be read."""
+class ResourceFileUnreadable(ClientError):
+    """A YAML file of the resources whose policies `set` sends cannot be read (not found, too
+    large, not UTF-8, not YAML); malformed resources are `kuberesource.workloads.ResourceError`."""
 
 
 def yaml_files(directory: Path) -> list[Path]:
@@ -91,7 +92,7 @@ def collect_policies(directory: Path, memo: YamlMemo | None = None) -> dict[str,
             )
             documents = load_documents(data.decode(), str(path), memo)
         except (OSError, YAMLError, UnicodeDecodeError) as error:
-            raise ResourceError(f"cannot read {path}: {error}") from None
+            raise ResourceFileUnreadable(f"cannot read {path}: {error}") from None
         for document in documents:
             for value in _annotation_values(document):
                 toml = decode_annotation(value)

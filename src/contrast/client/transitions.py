@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from contrast.client.errors import ClientError
 from contrast.client.workspace import LATEST_TRANSITION, Workspace, WorkspaceError, read_file
-from contrast.errors import ContrastError
 from contrast.history.history import HASH_SIZE, ZERO_HASH, transition_hashes
 
 # The file holds one hex transition hash and a newline: anything much longer is not one.
@@ -26,7 +26,7 @@ _RESTORE = (
 )
 
 
-class HistoryMismatch(ContrastError):
+class HistoryMismatch(ClientError):
     """The Coordinator's history is not one this workspace can accept: rolled back, inconsistent."""
 
 

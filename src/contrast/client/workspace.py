@@ -13,7 +13,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contrast.boundedfile import read_bounded
-from contrast.errors import ContrastError
+from contrast.client.errors import ClientError
 from contrast.files import write_atomically
 
 MANIFEST = "manifest.json"
@@ -29,7 +29,7 @@ LATEST_TRANSITION = "latest-transition"
 PEM_MAX_BYTES = 64 << 10
 
 
-class WorkspaceError(ContrastError):
+class WorkspaceError(ClientError):
     """A workspace file is missing or unreadable."""
 
 
