@@ -7,15 +7,9 @@ original's docs say: through the `port-forwarder-coordinator` pod of
 examples/kubernetes/port-forwarder-coordinator.yml and `kubectl port-forward` (`port_forward`),
 since Kata pods do not support `kubectl port-forward` themselves.
 
-One part is a stand-in, and says so: `plain_runc_with_emulated_tee`. The emulated confidential
-runtime (`contrast runtime --platform emulated-snp`) is installed by its node-installer
-DaemonSet, which writes the host's containerd config and restarts containerd through systemd; the
-test cluster's containerd is a process of `scripts/cluster.sh` with its config under the
-cluster's folder, so that DaemonSet cannot install it there (and the launcher it installs names
-the node's /usr/bin/python3 by default, which has no Contrast here). Until it can, the pods run on
-the cluster's plain runc, and a TEE server of the test (`TeeStandIn`) serves the emulated
-TEE's socket into them from the host, its HOSTDATA fixed from the pod's initdata annotation as the
-emulated runtime fixes it. What plain runc does not do: check any container against its policy.
+The pods run under the emulated confidential runtime the project's node installer puts into the
+cluster's containerd (`cluster.sh install-runtime`, `tests/kube/cluster.py`): each container is
+checked against its pod's policy, and the TEE a pod attests with is the runtime's.
 """
 
 from __future__ import annotations
@@ -24,11 +18,8 @@ import contextlib
 import copy
 import io
 import json
-import os
 import re
-import socket
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,20 +28,14 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
-from contrast.api import teeendpoint as endpoint
-from contrast.attestation.emulated.socketpath import CONTAINER_DIRECTORY, SOCKET_NAME
-from contrast.emulatedruntime.teeserver import make_signer
 from contrast.policy import initdata
 from tests.kube.cluster import Cluster
 
 RELEASE_PREFIX = "ghcr.io/contrast-python/"
 FORWARDER_NAME = "port-forwarder-coordinator"
 USER_API_PORT = 1313
-TEE_VOLUME = "contrast-emulated-tee"
 # The release images' interpreter (Debian bookworm's; the images have no python3 link).
 IMAGE_PYTHON = "/usr/bin/python3.11"
-# The containers that attest: the Coordinator's and the Initializer `generate` injects.
-TEE_CONTAINERS = ("coordinator", "contrast-initializer")
 
 # The user's port-forwarder pod (the original's, with a Python relay in place of socat).
 FORWARDER_YAML = (
@@ -107,27 +92,6 @@ def pod_initdata(workload: dict[str, Any]) -> bytes:
     return initdata.decode_annotation(annotations[initdata.ANNOTATION])
 
 
-def plain_runc_with_emulated_tee(workload: dict[str, Any], tee_directory: Path) -> dict[str, Any]:
-    """The workload as the test runs it in place of the emulated runtime (see the module's
-    docstring): no runtimeClassName (the cluster's runc) and the stand-in's socket directory
-    mounted where the emulated runtime mounts the pod's. Nothing else changes: the Coordinator
-    and the Initializer already say `CONTRAST_TEE=emulated`, as written for emulated-snp."""
-    changed = copy.deepcopy(workload)
-    pod = changed["spec"]["template"]["spec"]
-    pod.pop("runtimeClassName", None)
-    pod.setdefault("volumes", []).append(
-        {"name": TEE_VOLUME, "hostPath": {"path": str(tee_directory), "type": "Directory"}}
-    )
-    for container in [*pod.get("initContainers", []), *pod["containers"]]:
-        container.setdefault("volumeMounts", []).append(
-            {"name": TEE_VOLUME, "mountPath": CONTAINER_DIRECTORY, "readOnly": True}
-        )
-        if container["name"] in TEE_CONTAINERS:
-            tee = [v for v in container.get("env", []) if v["name"] == "CONTRAST_TEE"]
-            assert tee == [{"name": "CONTRAST_TEE", "value": "emulated"}], container
-    return changed
-
-
 def renamed(workload: dict[str, Any], name: str) -> dict[str, Any]:
     """A copy of a Deployment under another name and pod label (its pods its own)."""
     changed = copy.deepcopy(workload)
@@ -136,43 +100,6 @@ def renamed(workload: dict[str, Any], name: str) -> dict[str, Any]:
     changed["spec"]["selector"]["matchLabels"] = label
     changed["spec"]["template"]["metadata"]["labels"] = dict(label)
     return changed
-
-
-class TeeStandIn:
-    """One emulated TEE socket on the host for pods of one initdata: the emulated runtime's
-    per-pod server, with HOSTDATA = the initdata's policy hash, fixed here and not by the pod."""
-
-    def __init__(self, roots: Path, pod_initdata_toml: bytes, directory: Path) -> None:
-        self.directory = directory
-        directory.mkdir(parents=True, exist_ok=True)
-        os.chmod(directory, 0o755)
-        self.signer = make_signer("emulated-snp", roots, pod_initdata_toml)
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        path = directory / SOCKET_NAME
-        path.unlink(missing_ok=True)
-        self.listener.bind(str(path))
-        os.chmod(path, 0o666)  # any user of the pod may ask, as with the runtime's
-        self.listener.listen(16)
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                connection, _ = self.listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
-
-    def _answer(self, connection: socket.socket) -> None:
-        with connection:
-            connection.settimeout(10)
-            with contextlib.suppress(OSError), self.lock:
-                endpoint.answer(connection, self.signer)
-
-    def close(self) -> None:
-        self.listener.close()
 
 
 def wait_ready(cluster: Cluster, namespace: str, selector: str, count: int, timeout: float) -> None:

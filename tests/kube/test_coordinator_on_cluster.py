@@ -1,15 +1,17 @@
 """The Coordinator on the real cluster, deployed as a user deploys it, and the user's first steps.
 
-The release images of this checkout are pushed by digest into the cluster's registry;
+The cluster gets the emulated-snp confidential runtime from the project's node installer
+(`cluster.sh install-runtime`); the user takes its emulated roots' public part
+(`contrast-emulated-runtime setup --public`, as they would take AMD's) for `generate`. The release
+images of this checkout are pushed by digest into the cluster's registry;
 `contrast coordinator-resources --platform emulated-snp --image-replacements FILE` is applied as
-printed (three replicas of a StatefulSet, ServiceAccount, Role, RoleBinding, the Services),
-after `contrast generate --reference-values emulated-snp` has given the Coordinator its initdata;
-the user reaches it through the `port-forwarder-coordinator` pod and `kubectl port-forward`, and
-`contrast set` and `contrast verify` attest it from the workstation.
-
-The one stand-in (tests/kube/deploy.py says why): the pods run on the cluster's plain runc with
-the emulated TEE's socket served by the test, HOSTDATA fixed from each pod's initdata, and not
-under the emulated confidential runtime, which checks every container against its policy.
+printed (three replicas of a StatefulSet, ServiceAccount, Role, RoleBinding, the Services), after
+`contrast generate --reference-values emulated-snp` has given the Coordinator and the workloads
+their initdata. Every Coordinator and workload pod runs under the emulated runtime's RuntimeClass:
+each container checked against its pod's policy, and the TEE each pod attests with is the runtime's,
+its HOSTDATA the pod's initdata digest fixed by the node. The user reaches the Coordinator through
+the `port-forwarder-coordinator` pod and `kubectl port-forward`, and `contrast set`, `verify` and
+`recover` attest it from the workstation.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import contextlib
 import io
 import json
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,43 +31,54 @@ import pytest
 from cryptography import x509
 
 from contrast.cli.main import main
+from contrast.emulatedruntime.node import DEFAULT_ROOTS, ROOTS_ENV
 from contrast.policy import initdata
-from tests.imagebuild.builder import BuiltImages
 from tests.kube import deploy
-from tests.kube.cluster import Cluster
+from tests.kube.cluster import Cluster, install_emulated_runtime
 
 PLATFORM = "emulated-snp"
 COORDINATOR_SELECTOR = "app.kubernetes.io/name=coordinator"
 READY_TIMEOUT = 240
+# Where the node installer puts the emulated roots on a node (and so on this host).
+NODE_ROOTS = Path(DEFAULT_ROOTS)
 # A workload of the user's: the Coordinator's image has Python (the only image at hand whose
 # pulls need no network); generate injects the Initializer, which gets the pod's mesh certificate.
+# The policy allows no `kubectl exec`, so the app prints the chain the Initializer left it.
 WEB = """
 apiVersion: apps/v1
 kind: Deployment
 metadata:
-  name: web
+  name: {name}
   namespace: {namespace}
 spec:
   replicas: 1
   selector:
     matchLabels:
-      app.kubernetes.io/name: web
+      app.kubernetes.io/name: {name}
   template:
     metadata:
       labels:
-        app.kubernetes.io/name: web
+        app.kubernetes.io/name: {name}
     spec:
       runtimeClassName: contrast-cc
       containers:
         - name: web
           image: {image}
-          command: ["/usr/bin/python3.11", "-c", "import time; time.sleep(1e9)"]
+          command:
+            - /usr/bin/python3.11
+            - -c
+            - {script}
           resources:
             limits:
               memory: 50Mi
             requests:
               memory: 50Mi
 """
+
+WEB_SCRIPT = (
+    "import sys, time; sys.stdout.write(open('/contrast/tls-config/certChain.pem').read());"
+    " sys.stdout.flush(); time.sleep(1e9)"
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +87,7 @@ class Deployment:
     namespace: str
     workspace: Path
     replacements: Path
+    handler: str
     coordinator_hash: str
     swapped_hash: str  # the policy hash of the pod whose initdata was swapped
 
@@ -83,17 +99,14 @@ def run_cli(*arguments: str) -> None:
     assert code == 0, f"contrast {' '.join(arguments)} exited {code}"
 
 
-@pytest.fixture(scope="module")
-def release_layout(request: pytest.FixtureRequest) -> Path:
-    """This checkout's release images: the session's `built_images` (built once, about three
-    minutes with the wheel cache of tests/imagebuild). CONTRAST_TEST_IMAGES=DIR names a layout
-    already built from this checkout by `contrast-build-images --output DIR` (while
-    developing)."""
-    reuse = os.environ.get("CONTRAST_TEST_IMAGES")
-    if reuse:
-        return Path(reuse).resolve()
-    built: BuiltImages = request.getfixturevalue("built_images")
-    return built.layout
+def node_roots_public(directory: Path) -> Path:
+    """The node's emulated roots' certificates, as a user exports them from a node."""
+    subprocess.run(
+        [sys.executable, "-m", "contrast.emulatedruntime", "setup", "--public", str(directory)],
+        env={**os.environ, ROOTS_ENV: str(NODE_ROOTS)}, check=True, capture_output=True,
+        timeout=60,
+    )  # fmt: skip
+    return directory
 
 
 @pytest.fixture(scope="module")
@@ -101,8 +114,8 @@ def deployment(
     kube_cluster: Cluster, release_layout: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Deployment]:
     root = tmp_path_factory.mktemp("k8s-e2e")
-    os.chmod(root, 0o755)  # the TEE socket's folder below is a hostPath of the pods
     cluster = kube_cluster
+    handler = install_emulated_runtime(cluster, PLATFORM)
     namespace = cluster.namespace("e2e")
     replacements = deploy.push_release(release_layout, cluster.registry, root)
 
@@ -114,63 +127,47 @@ def deployment(
         "coordinator-resources", "--platform", PLATFORM, "--namespace", namespace,
         "--image-replacements", str(replacements),
     ))  # fmt: skip
-    (resources / "web.yml").write_text(
-        WEB.format(namespace=namespace, image=_image_of(replacements))
-    )
+    # web, and web-swapped: the same workload, whose initdata is swapped after generate.
+    (resources / "web.yml").write_text("---".join(
+        WEB.format(name=name, namespace=namespace, image=_image_of(replacements),
+                   script=json.dumps(WEB_SCRIPT))
+        for name in ("web", "web-swapped")
+    ))  # fmt: skip
     run_cli(
         "generate", "--workspace-dir", str(workspace), "--reference-values", PLATFORM,
+        "--emulated-tee", str(node_roots_public(root / "node-roots")),
         "--image-replacements", str(replacements), "--oci-layout", str(release_layout),
         "--insecure-registry", cluster.registry, str(resources),
     )  # fmt: skip
 
     documents = deploy.documents_of(coordinator_yml.read_text())
     (statefulset,) = [d for d in documents if d["kind"] == "StatefulSet"]
-    coordinator_initdata = deploy.pod_initdata(statefulset)
-    coordinator_hash = initdata.policy_hash(coordinator_initdata).hex()
+    assert statefulset["spec"]["template"]["spec"]["runtimeClassName"] == handler
+    coordinator_hash = initdata.policy_hash(deploy.pod_initdata(statefulset)).hex()
     manifest = json.loads((workspace / "manifest.json").read_text())
     assert manifest["Policies"][coordinator_hash]["Role"] == "coordinator"
 
-    web = deploy.documents_of((resources / "web.yml").read_text())
-    web_hash = initdata.policy_hash(deploy.pod_initdata(web[0])).hex()
+    web, swapped = deploy.documents_of((resources / "web.yml").read_text())
+    web_hash = initdata.policy_hash(deploy.pod_initdata(web)).hex()
     assert "Role" not in manifest["Policies"][web_hash]  # a workload, not a Coordinator
-
-    # One emulated TEE per initdata, as the emulated runtime gives one per pod.
-    tee = deploy.TeeStandIn(
-        workspace / "emulated-tee", coordinator_initdata, root / "tee-coordinator"
-    )
-    web_tee = deploy.TeeStandIn(
-        workspace / "emulated-tee", deploy.pod_initdata(web[0]), root / "tee-web"
-    )
-    # The same pod with its initdata swapped after generate (a rule more in its policy): the
-    # runtime's TEE reports that initdata's digest, which no policy of the manifest has.
-    swapped_initdata = deploy.pod_initdata(web[0]).replace(
+    # web-swapped's initdata swapped after generate (a rule more in its policy, which still
+    # lets its containers start): the runtime's TEE reports that initdata's digest, which no
+    # policy of the manifest has.
+    swapped_initdata = deploy.pod_initdata(swapped).replace(
         b"package agent_policy", b"package agent_policy\n\ndefault SwappedRequest := true", 1
     )
-    assert swapped_initdata != deploy.pod_initdata(web[0])
+    assert swapped_initdata != deploy.pod_initdata(swapped)
     assert initdata.policy_hash(swapped_initdata).hex() not in manifest["Policies"]
-    swapped = deploy.renamed(web[0], "web-swapped")
     annotations = swapped["spec"]["template"]["metadata"]["annotations"]
     annotations[initdata.ANNOTATION] = initdata.encode_annotation(swapped_initdata)
-    swapped_tee = deploy.TeeStandIn(
-        workspace / "emulated-tee", swapped_initdata, root / "tee-web-swapped"
-    )
-    applied = [
-        deploy.plain_runc_with_emulated_tee(d, tee.directory) if d is statefulset else d
-        for d in documents
-    ] + [
-        deploy.plain_runc_with_emulated_tee(web[0], web_tee.directory),
-        deploy.plain_runc_with_emulated_tee(swapped, swapped_tee.directory),
-    ]
     try:
-        cluster.kubectl("apply", "-f", "-", input=deploy.dump(applied))
+        cluster.kubectl("apply", "-f", "-", input=deploy.dump([*documents, web, swapped]))
         yield Deployment(
-            cluster, namespace, workspace, replacements, coordinator_hash,
+            cluster, namespace, workspace, replacements, handler, coordinator_hash,
             initdata.policy_hash(swapped_initdata).hex(),
         )  # fmt: skip
     finally:
         cluster.kubectl("delete", "namespace", namespace, "--wait=false", check=False)
-        for server in (tee, web_tee, swapped_tee):
-            server.close()
 
 
 def _image_of(replacements: Path, name: str = "coordinator") -> str:
@@ -235,13 +232,10 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     mesh_ca = (verify / "mesh-ca.pem").read_bytes()
 
     # The workload's Initializer got its mesh certificate from the Coordinator: the chain
-    # the app container reads is issued by the mesh CA that verify fetched.
+    # the app container reads (and prints: its policy allows no exec) is issued by the mesh CA
+    # that verify fetched.
     deploy.wait_ready(cluster, namespace, "app.kubernetes.io/name=web", 1, READY_TIMEOUT)
-    chain = cluster.kubectl(
-        "-n", namespace, "exec", "deploy/web", "-c", "web", "--",
-        deploy.IMAGE_PYTHON, "-c",
-        "import sys; sys.stdout.write(open('/contrast/tls-config/certChain.pem').read())",
-    ).stdout  # fmt: skip
+    chain = cluster.kubectl("-n", namespace, "logs", "deploy/web", "-c", "web").stdout
     leaf = x509.load_pem_x509_certificates(chain)[0]
     leaf.verify_directly_issued_by(x509.load_pem_x509_certificate(mesh_ca))
     print(f"web's mesh certificate: {leaf.subject.rfc4514_string()}, issued by the mesh CA")
@@ -252,11 +246,16 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     )  # fmt: skip
     print(f"web-swapped: {refusal}")
     assert f"PERMISSION_DENIED: policy hash {deployment.swapped_hash} is not in" in refusal
-    listing = cluster.kubectl(
-        "-n", namespace, "exec", "deploy/web-swapped", "-c", "web", "--",
-        deploy.IMAGE_PYTHON, "-c", "import os; print(os.listdir('/contrast'))", check=False,
-    )  # fmt: skip
-    assert listing.returncode != 0 or "tls-config" not in listing.stdout.decode()
+    started = cluster.kubectl(
+        "-n", namespace, "get", "pods", "-l", "app.kubernetes.io/name=web-swapped",
+        "-o", "jsonpath={.items[*].status.containerStatuses[*].started}",
+    ).stdout.decode()  # fmt: skip
+    assert "true" not in started  # its app container never ran
+    runtime_classes = cluster.kubectl(
+        "-n", namespace, "get", "pods", "-l", f"{COORDINATOR_SELECTOR}",
+        "-o", "jsonpath={.items[*].spec.runtimeClassName}",
+    ).stdout.decode().split()  # fmt: skip
+    assert runtime_classes == [deployment.handler] * 3
 
     for replica in ("coordinator-0", "coordinator-1", "coordinator-2"):
         log = cluster.kubectl("-n", namespace, "logs", replica).stdout.decode()
@@ -284,6 +283,40 @@ def test_coordinator_statefulset_set_and_verify_through_the_port_forwarder(
     ) as port:
         run_cli("verify", "-c", f"127.0.0.1:{port}", "--workspace-dir", str(workspace))
     assert (verify / "mesh-ca.pem").read_bytes() == mesh_ca
+
+    # All replicas scaled to 0 and back: none has the seed and no peer can give it, so they
+    # wait for `contrast recover` (not Ready meanwhile), which the user sends through the
+    # port-forwarder; the replica it reached gives the others the seed by peer recovery, and
+    # the deployment verifies with the same mesh CA.
+    cluster.kubectl("-n", namespace, "scale", "statefulset/coordinator", "--replicas=0")
+    cluster.kubectl("-n", namespace, "wait", "--for=delete", "pod", "-l", COORDINATOR_SELECTOR,
+                    f"--timeout={READY_TIMEOUT}s")  # fmt: skip
+    began = time.monotonic()
+    cluster.kubectl("-n", namespace, "scale", "statefulset/coordinator", "--replicas=3")
+    deploy.wait_started(cluster, namespace, COORDINATOR_SELECTOR, 3, READY_TIMEOUT)
+    print(f"3 replicas back from 0, started in {time.monotonic() - began:.1f} s")
+    for replica in ("coordinator-0", "coordinator-1", "coordinator-2"):
+        ready = cluster.kubectl(
+            "-n", namespace, "get", "pod", replica,
+            "-o", "jsonpath={.status.conditions[?(@.type=='Ready')].status}",
+        ).stdout.decode()  # fmt: skip
+        assert ready != "True", f"{replica} is Ready without its seed"
+    with deploy.port_forward(
+        cluster, namespace, f"pod/{deploy.FORWARDER_NAME}", deploy.USER_API_PORT
+    ) as port:
+        recovered = time.monotonic()
+        run_cli("recover", "-c", f"127.0.0.1:{port}", "--workspace-dir", str(workspace))
+        print(f"contrast recover through the port-forwarder: {time.monotonic() - recovered:.1f} s")
+        deploy.wait_ready(cluster, namespace, COORDINATOR_SELECTOR, 3, READY_TIMEOUT)
+        print(f"3 replicas Ready {time.monotonic() - began:.1f} s after scaling back")
+        (verify / "mesh-ca.pem").unlink()
+        run_cli("verify", "-c", f"127.0.0.1:{port}", "--workspace-dir", str(workspace))
+    assert (verify / "mesh-ca.pem").read_bytes() == mesh_ca
+    logs = "".join(
+        cluster.kubectl("-n", namespace, "logs", replica).stdout.decode()
+        for replica in ("coordinator-0", "coordinator-1", "coordinator-2")
+    )
+    assert "recovered from the peer Coordinator at" in logs, logs
 
 
 def _uid(cluster: Cluster, namespace: str, pod: str) -> str:
