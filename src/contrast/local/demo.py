@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,11 +25,10 @@ from cryptography.x509.verification import PolicyBuilder, Store, VerificationErr
 from contrast.atls.issuers import TeeKind
 from contrast.client import operations
 from contrast.client.workspace import MANIFEST, SEED_SHARES, Workspace
-from contrast.errors import ContrastError
 from contrast.initializer.files import CERT_CHAIN, MESH_CA
-from contrast.local.errors import LocalError
 from contrast.local.processes import Processes, Running, free_port, wait_for_port
 from contrast.local.runners import ContainerRunner, ProcessRunner, Runner
+from contrast.local.steps import DemoFailed, Steps
 from contrast.local.workspace import (
     RESOURCES,
     SEEDSHARE_OWNERS,
@@ -60,10 +59,6 @@ class ReplicaPorts:
     http: int
 
 
-class DemoFailed(LocalError):
-    """A step of the demo did not do what it should."""
-
-
 @dataclass
 class Demo:
     workdir: Path
@@ -73,11 +68,11 @@ class Demo:
     processes: Processes = field(init=False)
     components: Runner = field(init=False)
     coordinators: dict[int, Running] = field(default_factory=dict)
-    step_number: int = 0
 
     def __post_init__(self) -> None:
         self.state = self.workdir / ".state"
         self.processes = Processes(self.workdir / "logs")
+        self.steps = Steps(self.say)
         # The user's apps are always local processes; the release components run as processes
         # of this interpreter or, with `images`, as containers of the built release images.
         self.components = (
@@ -92,20 +87,9 @@ class Demo:
         self.user_port, self.mesh_port, self.http_port = first.user, first.mesh, first.http
         self.app_port, self.web_mtls_port, self.egress_port = free_port(), free_port(), free_port()
 
-    @contextmanager
-    def step(self, description: str) -> Iterator[list[str]]:
+    def step(self, description: str) -> AbstractContextManager[list[str]]:
         """One line per step: what happened (filled in by the step) and how long it took."""
-        self.step_number += 1
-        started = time.monotonic()
-        details: list[str] = []
-        try:
-            yield details
-        except ContrastError as error:
-            message = f"step {self.step_number} ({description}) failed: {error.explain()}"
-            raise DemoFailed(message) from None
-        took = time.monotonic() - started
-        suffix = f": {'; '.join(details)}" if details else ""
-        self.say(f"[{self.step_number:2}] ✔ {description}{suffix} ({took:.1f} s)")
+        return self.steps.step(description)
 
     # Processes -------------------------------------------------------------------------------
 
