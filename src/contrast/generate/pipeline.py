@@ -424,42 +424,77 @@ def _policies_and_texts(
     worker that derives its policy also makes its cache key; the checks of a file no worker
     takes are made here.
     """
-    keys: dict[int, str] = {}
-    policies: dict[int, tuple[str, str]] = {}
-    for workload, _ in placed:
-        annotation = workload.pod_annotation(ANNOTATION)
-        if cache is None or annotation is None:
-            continue
-        key = keys[id(workload.resource)] = cache.key(
-            workload, images, generator.required_images(workload)
-        )
-        policy_hash = cache.lookup(key, annotation)
-        if policy_hash is not None:
-            policies[id(workload.resource)] = (annotation, policy_hash)
-            edits[id(workload.resource)].annotate(workload, annotation)
-    missing: dict[int, list[Workload]] = {}
-    for file in files:
-        for workload in _placed_in(file, edits):
-            if id(workload.resource) not in policies:
-                missing.setdefault(id(file), []).append(workload)
-    items = [file for file in files if id(file) in missing or file.changed]
-    if missing:
-        generator.encoder  # noqa: B018 - made once here rather than in every worker
+    run = _PolicyPass(edits, generator, images, config_resources, cache, on_text)
+    run.reuse_cached(placed)
+    run.find_missing(files)
+    parallel.map_in_processes(run.derive_and_write, run.items, on_result=run.take)
+    return run.collect(placed)
 
-    def derive_and_write(file: yamlio.ResourceFile) -> _FileAnswer:
+
+@dataclass
+class _PolicyPass:
+    """The state `_policies_and_texts` carries from one phase to the next.
+
+    Its `derive_and_write` runs in forked workers (`parallel`), which inherit this object as it
+    is when they start; what they change stays in them, and only their `_FileAnswer`s come back,
+    to `take` here. Workloads are known by `id(workload.resource)`, as in `edits`.
+    """
+
+    edits: Mapping[int, _Edit]
+    generator: PolicyGenerator
+    images: Mapping[str, ImageFacts]
+    config_resources: Sequence[Mapping[str, Any]]
+    cache: PolicyCache | None
+    on_text: Callable[[yamlio.ResourceFile, str, str], None] | None
+    keys: dict[int, str] = field(default_factory=dict)  # policy-cache keys
+    policies: dict[int, tuple[str, str]] = field(default_factory=dict)
+    missing: dict[int, list[Workload]] = field(default_factory=dict)  # by id(file)
+    items: list[yamlio.ResourceFile] = field(default_factory=list)  # the files workers take
+    checked: dict[int, list[checks.CheckWarning]] = field(default_factory=dict)
+    changed: list[yamlio.ResourceFile] = field(default_factory=list)
+
+    def reuse_cached(self, placed: Sequence[tuple[Workload, Platform]]) -> None:
+        """Take the policies the cache holds for the annotations the pods already carry."""
+        cache = self.cache
+        for workload, _ in placed:
+            annotation = workload.pod_annotation(ANNOTATION)
+            if cache is None or annotation is None:
+                continue
+            key = self.keys[id(workload.resource)] = cache.key(
+                workload, self.images, self.generator.required_images(workload)
+            )
+            policy_hash = cache.lookup(key, annotation)
+            if policy_hash is not None:
+                self.policies[id(workload.resource)] = (annotation, policy_hash)
+                self.edits[id(workload.resource)].annotate(workload, annotation)
+
+    def find_missing(self, files: Sequence[yamlio.ResourceFile]) -> None:
+        """The workloads still without a policy, by file, and the files a worker must take."""
+        for file in files:
+            for workload in _placed_in(file, self.edits):
+                if id(workload.resource) not in self.policies:
+                    self.missing.setdefault(id(file), []).append(workload)
+        self.items = [file for file in files if id(file) in self.missing or file.changed]
+        if self.missing:
+            self.generator.encoder  # noqa: B018 - made once here rather than in every worker
+
+    def derive_and_write(self, file: yamlio.ResourceFile) -> _FileAnswer:
+        """In a worker: the file's missing policies, its workloads' checks and its new text."""
         derived, made = [], []
-        for workload in missing.get(id(file), []):
-            if cache is not None:
-                known = keys.get(id(workload.resource))
+        for workload in self.missing.get(id(file), []):
+            if self.cache is not None:
+                known = self.keys.get(id(workload.resource))
                 if known is None:
-                    known = cache.key(workload, images, generator.required_images(workload))
+                    known = self.cache.key(
+                        workload, self.images, self.generator.required_images(workload)
+                    )
                 made.append(known)
-            policy = generator.generate(workload, images, config_resources)
-            edits[id(workload.resource)].annotate(workload, policy.annotation)
+            policy = self.generator.generate(workload, self.images, self.config_resources)
+            self.edits[id(workload.resource)].annotate(workload, policy.annotation)
             derived.append((policy.annotation, policy.policy_hash))
         warnings = [
-            checks.check(workload, edits[id(workload.resource)].platform, images)
-            for workload in _placed_in(file, edits)
+            checks.check(workload, self.edits[id(workload.resource)].platform, self.images)
+            for workload in _placed_in(file, self.edits)
         ]
         # The plain documents do not change from here on (the round trips do): their
         # fingerprints, made once, tell what changed and what is written.
@@ -467,39 +502,40 @@ def _policies_and_texts(
         changed = file.changed_documents(fingerprints)
         if not changed:
             return _FileAnswer(derived, made, warnings, "", "")
-        _repeat_on_round_trips(file, edits, changed)
+        _repeat_on_round_trips(file, self.edits, changed)
         content, text, _ = file.dumped_with_fingerprints(fingerprints)
         return _FileAnswer(derived, made, warnings, content, text)
 
-    changed = []
-    checked: dict[int, list[checks.CheckWarning]] = {}
-
-    def take(index: int, answer: _FileAnswer) -> None:
-        file = items[index]
-        lacking = missing.get(id(file), [])
+    def take(self, index: int, answer: _FileAnswer) -> None:
+        """Here: a worker's answer for `items[index]`, applied to this process's file."""
+        file = self.items[index]
+        lacking = self.missing.get(id(file), [])
         for workload, policy in zip(lacking, answer.derived, strict=True):
-            policies[id(workload.resource)] = policy
-            edits[id(workload.resource)].annotate(workload, policy[0])
-        if cache is not None:
-            keys.update(zip((id(w.resource) for w in lacking), answer.keys, strict=True))
-        for workload, warnings in zip(_placed_in(file, edits), answer.warnings, strict=True):
-            checked[id(workload.resource)] = warnings
+            self.policies[id(workload.resource)] = policy
+            self.edits[id(workload.resource)].annotate(workload, policy[0])
+        if self.cache is not None:
+            self.keys.update(zip((id(w.resource) for w in lacking), answer.keys, strict=True))
+        for workload, warnings in zip(_placed_in(file, self.edits), answer.warnings, strict=True):
+            self.checked[id(workload.resource)] = warnings
         if answer.content:
             file.adopt(answer.content, answer.text)
-            changed.append(file)
-            if on_text is not None:
-                on_text(file, answer.content, answer.text)
+            self.changed.append(file)
+            if self.on_text is not None:
+                self.on_text(file, answer.content, answer.text)
 
-    parallel.map_in_processes(derive_and_write, items, on_result=take)
-    ordered = [policies[id(workload.resource)] for workload, _ in placed]
-    if cache is not None:
-        for (workload, _), (annotation, policy_hash) in zip(placed, ordered, strict=True):
-            cache.store(keys[id(workload.resource)], annotation, policy_hash)
-    warnings = []
-    for workload, platform in placed:
-        found = checked.get(id(workload.resource))
-        warnings.append(checks.check(workload, platform, images) if found is None else found)
-    return _Derived(ordered, warnings, changed)
+    def collect(self, placed: Sequence[tuple[Workload, Platform]]) -> _Derived:
+        """The answers in the order of `placed`, stored in the cache; the rest checked here."""
+        ordered = [self.policies[id(workload.resource)] for workload, _ in placed]
+        if self.cache is not None:
+            for (workload, _), (annotation, policy_hash) in zip(placed, ordered, strict=True):
+                self.cache.store(self.keys[id(workload.resource)], annotation, policy_hash)
+        warnings = []
+        for workload, platform in placed:
+            found = self.checked.get(id(workload.resource))
+            warnings.append(
+                checks.check(workload, platform, self.images) if found is None else found
+            )
+        return _Derived(ordered, warnings, self.changed)
 
 
 def _check_schemas(
@@ -580,20 +616,156 @@ def generate(
     references: ReferenceValueProvider | None = None,
     say: Callable[[str], None] = lambda _: None,
 ) -> Result:
-    """Rewrite the resources under `options.paths` and write the workspace files."""
+    """Rewrite the resources under `options.paths` and write the workspace files.
+
+    Everything is read and checked first, and written last: a failure changes no file.
+    """
     result = Result()
-    # Everything is read and checked first, and written last: a failure changes no file.
-    schema_cache = None if options.schema_cache is None else SchemaCache(options.schema_cache)
-    rules = _rules(options.rules, schema_cache)
+    caches = _Caches.open(options)
+    inputs = _read_policy_inputs(options, caches.schemas)
+    resources = _read_resources(options, caches, result)
+    # The keys are read and checked, a missing one made in memory, before any image is read:
+    # a refused key must not leave a layer cache or a new key behind (written with the rest).
+    keys = prepare_owner_keys(
+        options.workload_owner_keys,
+        options.seedshare_owner_keys,
+        create_missing=options.create_keys,
+        disable_updates=options.disable_updates,
+    )
+    coordinator_namespace = inject.coordinator_namespace(resources.confidential)
+    embedded = _reference_values(options.reference_values_file)
+    handlers = {} if embedded is None else _handlers(embedded)
+    edits = _place(options, resources.placed, handlers, coordinator_namespace)
+    platforms = runtimeclass.used_platforms(resources.choices)
+    provider = functools.cache(
+        references
+        or ReferenceValueProvider(
+            emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
+        )
+    )
+    existing_values = (
+        ReferenceValues() if inputs.previous is None else inputs.previous.reference_values
+    )
+    # A real platform's reference values are only read: taken now, a platform this build has
+    # none for is refused before any image is read (or the layer cache written). The emulated
+    # TEE's values are made with its state: they are taken below, once the images were read.
+    manifest_document.reference_values(
+        existing_values, [p for p in platforms if not p.emulated], provider
+    )
+    images = _read_images(options, inputs.generator, resources.confidential, resolver)
+    config_resources = [yamlio.to_plain(document) for document, _ in resources.config_documents]
+    caches.open_policies(options, inputs, config_resources)
+    # Changed files are written beside themselves as their texts arrive (staging.py); a run
+    # that fails before they are put in place removes them.
+    with StagedWrites() as staged:
+        derived = _policies_and_texts(
+            resources.files,
+            resources.placed,
+            edits=edits,
+            generator=inputs.generator,
+            images=images,
+            config_resources=config_resources,
+            cache=caches.policies,
+            on_text=staged.stage,
+        )
+        identities = _report_workloads(result, options, resources.placed, derived)
+        result.platforms = tuple(p.display_name for p in platforms)
+        values, result.missing_reference_values = manifest_document.reference_values(
+            existing_values, platforms, provider
+        )
+        manifest = manifest_document.manifest(
+            identities, values, keys, seedshare_threshold=options.seedshare_threshold
+        )
+        for text in (inputs.rules, inputs.new_settings):
+            if text is not None and text.new:
+                write_atomically(text.path, text.text.encode())
+                result.written.append(text.path)
+        result.written.extend(keys.write_new())
+        _write_resources(options, resources, derived, staged, caches=caches, result=result)
+        _write_manifest(options.manifest, manifest.to_bytes(), caches, result)
+    return result
+
+
+@dataclass
+class _Caches:
+    """The three files a run remembers for the next one, so that an unchanged re-run is quick.
+
+    `schemas`: the inputs and resources that passed their checks (kuberesource/schemacache.py);
+    `yaml`: the documents of the files read and written (kuberesource/yamlmemo.py); `policies`:
+    the policies derived (policy/cache.py). Each is None where the options name no file. The
+    policy cache is opened late, once the rules, settings and config resources it is keyed by
+    are read; all three are saved together, after the resources were written.
+    """
+
+    schemas: SchemaCache | None
+    yaml: YamlMemo | None
+    policies: PolicyCache | None = None
+
+    @classmethod
+    def open(cls, options: Options) -> _Caches:
+        return cls(
+            schemas=None if options.schema_cache is None else SchemaCache(options.schema_cache),
+            yaml=None if options.yaml_cache is None else YamlMemo(options.yaml_cache),
+        )
+
+    def open_policies(
+        self,
+        options: Options,
+        inputs: _PolicyInputs,
+        config_resources: Sequence[Mapping[str, Any]],
+    ) -> None:
+        # A debug run derives every policy: the cache's keys do not know the initdata flag.
+        if options.policy_cache is None or options.insecure_debug_shell:
+            return
+        self.policies = PolicyCache(
+            options.policy_cache, inputs.rules.text, inputs.settings, config_resources
+        )
+
+    def save(self) -> None:
+        for remembered in (self.policies, self.schemas, self.yaml):
+            if remembered is not None:
+                remembered.save()
+
+
+class _PolicyInputs(NamedTuple):
+    """What every policy is derived from, and the manifest whose reference values are kept."""
+
+    rules: _WorkspaceText
+    new_settings: _WorkspaceText | None  # the default settings, to write on success
+    settings: Settings
+    previous: Manifest | None
+    generator: PolicyGenerator
+
+
+def _read_policy_inputs(options: Options, schemas: SchemaCache | None) -> _PolicyInputs:
+    """The rules, settings and previous manifest, each checked before any resource is read."""
+    rules = _rules(options.rules, schemas)
     new_settings, settings = _settings(options.settings)
-    previous = _previous_manifest(options.manifest, schema_cache)
+    previous = _previous_manifest(options.manifest, schemas)
     debug = {debugshell.INITDATA_ENTRY: debugshell.INITDATA_VALUE}
     generator = PolicyGenerator(
         rules.text, settings, debug if options.insecure_debug_shell else None
     )
+    return _PolicyInputs(rules, new_settings, settings, previous, generator)
 
-    memo = None if options.yaml_cache is None else YamlMemo(options.yaml_cache)
-    files = yamlio.load_paths(options.paths, plain=True, memo=memo)
+
+class _Resources(NamedTuple):
+    """The resources as read, and which of them are confidential on which platform."""
+
+    files: list[yamlio.ResourceFile]
+    config_documents: list[tuple[Mapping[str, Any], str]]  # ConfigMaps and Secrets, by file
+    choices: list[runtimeclass.PlatformChoice]
+    placed: list[tuple[Workload, Platform]]
+    confidential: list[Workload]
+
+
+def _read_resources(options: Options, caches: _Caches, result: Result) -> _Resources:
+    """The resources, checked (schemas, annotations), their runtime classes resolved.
+
+    Refused unless some of them are confidential and one of those is the Coordinator: without
+    it, the manifest would be one nobody can set.
+    """
+    files = yamlio.load_paths(options.paths, plain=True, memo=caches.yaml)
     result.warnings.extend(_not_objects(files))
     config_documents = [
         (document, file.name)
@@ -604,7 +776,7 @@ def generate(
     as_read = {key: value for file in files for key, value in file.fingerprints_as_read().items()}
     _check_schemas(
         [(w.resource, w.describe()) for file in files for w in file.workloads()] + config_documents,
-        schema_cache,
+        caches.schemas,
         as_read,
     )
     for file in files:
@@ -624,38 +796,31 @@ def generate(
             "no Coordinator among the confidential resources",
             hint="add the output of `contrast coordinator-resources --platform P` to the resources",
         )
-    # The keys are read and checked, a missing one made in memory, before any image is read:
-    # a refused key must not leave a layer cache or a new key behind (written with the rest).
-    keys = prepare_owner_keys(
-        options.workload_owner_keys,
-        options.seedshare_owner_keys,
-        create_missing=options.create_keys,
-        disable_updates=options.disable_updates,
-    )
-    coordinator_namespace = inject.coordinator_namespace(confidential)
-    embedded = _reference_values(options.reference_values_file)
-    handlers = {} if embedded is None else _handlers(embedded)
+    return _Resources(files, config_documents, choices, placed, confidential)
+
+
+def _place(
+    options: Options,
+    placed: Sequence[tuple[Workload, Platform]],
+    handlers: Mapping[Platform, str],
+    coordinator_namespace: str,
+) -> dict[int, _Edit]:
+    """Each confidential workload's edit, made on it: by `id(workload.resource)`."""
     edits: dict[int, _Edit] = {}
     for workload, platform in placed:
         edit = _Edit(platform, handlers.get(platform), coordinator_namespace, options)
         edit.place(workload)
         edits[id(workload.resource)] = edit
+    return edits
 
-    # A real platform's reference values are only read: taken now, a platform this build has
-    # none for is refused before any image is read (or the layer cache written). The emulated
-    # TEE's values are made with its state: they are taken below, once the images were read.
-    platforms = runtimeclass.used_platforms(choices)
-    provider = functools.cache(
-        references
-        or ReferenceValueProvider(
-            emulated_tee=options.emulated_tee, embedded=embedded, handlers=handlers
-        )
-    )
-    existing_values = ReferenceValues() if previous is None else previous.reference_values
-    manifest_document.reference_values(
-        existing_values, [p for p in platforms if not p.emulated], provider
-    )
 
+def _read_images(
+    options: Options,
+    generator: PolicyGenerator,
+    confidential: Sequence[Workload],
+    resolver: ImageResolver | None,
+) -> dict[str, ImageFacts]:
+    """The facts of every image the policies name: the release's as recorded, others read."""
     wanted = sorted({image for w in confidential for image in generator.required_images(w)})
     resolver = resolver or ImageResolver(
         oci_layouts=list(options.oci_layouts),
@@ -668,85 +833,78 @@ def generate(
     recorded = [i for i in wanted if i in known and not _in_layouts(i, options.oci_layouts)]
     images: dict[str, ImageFacts] = {image: known[image] for image in recorded}
     images.update(resolver.resolve([image for image in wanted if image not in images]))
+    return images
 
-    config_resources = [yamlio.to_plain(document) for document, _ in config_documents]
+
+def _report_workloads(
+    result: Result,
+    options: Options,
+    placed: Sequence[tuple[Workload, Platform]],
+    derived: _Derived,
+) -> list[WorkloadIdentity]:
+    """Each workload's manifest entry; its policy hash and warnings go into `result`."""
     identities = []
-    # A debug run derives every policy: the cache's keys do not know the initdata flag.
-    cache = (
-        None
-        if options.policy_cache is None or options.insecure_debug_shell
-        else PolicyCache(options.policy_cache, rules.text, settings, config_resources)
-    )
-    # Changed files are written beside themselves as their texts arrive (staging.py); a run
-    # that fails before they are put in place removes them.
-    with StagedWrites() as staged:
-        derived = _policies_and_texts(
-            files,
-            placed,
-            edits=edits,
-            generator=generator,
-            images=images,
-            config_resources=config_resources,
-            cache=cache,
-            on_text=staged.stage,
-        )
-        for (workload, _), (_, policy_hash), warnings in zip(
-            placed, derived.policies, derived.warnings, strict=True
-        ):
-            identities.append(_identity(workload, policy_hash))
-            result.policies[workload.describe()] = policy_hash
-            result.warnings.extend(warnings)
-            if options.insecure_debug_shell:
-                result.warnings.append(
-                    checks.CheckWarning(
-                        workload.describe(),
-                        f"insecure debug shell access enabled (policy {policy_hash[:16]}…)",
-                        "anyone who can exec into the pod gets a shell in its confidential VM;"
-                        " never for production or sensitive data",
-                    )
+    for (workload, _), (_, policy_hash), warnings in zip(
+        placed, derived.policies, derived.warnings, strict=True
+    ):
+        identities.append(_identity(workload, policy_hash))
+        result.policies[workload.describe()] = policy_hash
+        result.warnings.extend(warnings)
+        if options.insecure_debug_shell:
+            result.warnings.append(
+                checks.CheckWarning(
+                    workload.describe(),
+                    f"insecure debug shell access enabled (policy {policy_hash[:16]}…)",
+                    "anyone who can exec into the pod gets a shell in its confidential VM;"
+                    " never for production or sensitive data",
                 )
+            )
+    return identities
 
-        result.platforms = tuple(p.display_name for p in platforms)
-        values, result.missing_reference_values = manifest_document.reference_values(
-            existing_values, platforms, provider
-        )
-        manifest = manifest_document.manifest(
-            identities, values, keys, seedshare_threshold=options.seedshare_threshold
-        )
 
-        changed = {id(file) for file in derived.written}
-        for text in (rules, new_settings):
-            if text is not None and text.new:
-                write_atomically(text.path, text.text.encode())
-                result.written.append(text.path)
-        result.written.extend(keys.write_new())
-        if options.output is not None:
-            if yamlio.write_combined(files, options.output):
-                result.written.append(options.output)
-        else:
-            # A file that did not change is not written (stdin always goes to stdout).
-            to_write = [file for file in files if id(file) in changed or file.is_stdio]
-            wrote = dict(zip(map(id, to_write), staged.write(to_write, memo), strict=True))
-            for file in files:
-                (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
-        # Recorded once the files are written, with the fingerprints the write made of what it
-        # wrote. An unchanged file's resources are what was read: their keys were recorded then.
-        rewritten = {id(w.resource) for file in derived.written for w in file.workloads()}
-        _record_schemas(
-            [w for w in confidential if id(w.resource) in rewritten],
-            schema_cache,
-            staged.written_fingerprints(),
-        )
-        manifest_bytes = manifest.to_bytes()
-        manifest_unchanged = _holds(options.manifest, manifest_bytes)
-        if not manifest_unchanged:
-            _record_manifest(manifest_bytes, schema_cache)
-        for remembered in (cache, schema_cache, memo):
-            if remembered is not None:
-                remembered.save()
-        if manifest_unchanged:
-            result.unchanged.append(options.manifest)
-        else:
-            write_atomically(options.manifest, manifest_bytes)
-            result.written.append(options.manifest)
-    return result
+def _write_resources(
+    options: Options,
+    resources: _Resources,
+    derived: _Derived,
+    staged: StagedWrites,
+    *,
+    caches: _Caches,
+    result: Result,
+) -> None:
+    """Put the changed files in place (or all into `--output`), then record their schemas."""
+    files = resources.files
+    changed = {id(file) for file in derived.written}
+    if options.output is not None:
+        if yamlio.write_combined(files, options.output):
+            result.written.append(options.output)
+    else:
+        # A file that did not change is not written (stdin always goes to stdout).
+        to_write = [file for file in files if id(file) in changed or file.is_stdio]
+        wrote = dict(zip(map(id, to_write), staged.write(to_write, caches.yaml), strict=True))
+        for file in files:
+            (result.written if wrote.get(id(file)) else result.unchanged).append(file.path)
+    # Recorded once the files are written, with the fingerprints the write made of what it
+    # wrote. An unchanged file's resources are what was read: their keys were recorded then.
+    rewritten = {id(w.resource) for file in derived.written for w in file.workloads()}
+    _record_schemas(
+        [w for w in resources.confidential if id(w.resource) in rewritten],
+        caches.schemas,
+        staged.written_fingerprints(),
+    )
+
+
+def _write_manifest(path: Path, data: bytes, caches: _Caches, result: Result) -> None:
+    """Write the manifest unless the file holds it already; the caches are saved just before.
+
+    A new manifest is recorded as checked first (the next run reads it as its input), so the
+    schema cache saved here already knows it.
+    """
+    unchanged = _holds(path, data)
+    if not unchanged:
+        _record_manifest(data, caches.schemas)
+    caches.save()
+    if unchanged:
+        result.unchanged.append(path)
+    else:
+        write_atomically(path, data)
+        result.written.append(path)
