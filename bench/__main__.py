@@ -35,6 +35,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_history_scale.py", [], "SetManifest at 10 000 policies; history at update 1 vs 1000"),
     ("bench_set_resources.py", [], "set's reading of 10 000 workload files' policies"),
     ("bench_set_cli.py", [], "contrast set through the CLI, 10 000 workloads"),
+    ("bench_pod_start.py", [], "a pod's start under the emulated runtime against runc (root)"),
 ]
 SLOW = {
     ("bench_generate.py", "1000"),
@@ -47,6 +48,7 @@ SLOW = {
     ("bench_history_scale.py", ""),
     ("bench_set_resources.py", ""),
     ("bench_set_cli.py", ""),
+    ("bench_pod_start.py", ""),
 }
 
 
