@@ -47,7 +47,7 @@ def test_coordinator_services() -> None:
     )
     assert public["spec"]["type"] == "LoadBalancer"
     assert public["spec"]["publishNotReadyAddresses"] is True
-    assert [port["port"] for port in public["spec"]["ports"]] == [1313, 7777, 9102]
+    assert [port["port"] for port in public["spec"]["ports"]] == [1313, 7777, 9102, 8200]
     assert ready["metadata"]["name"] == "coordinator-ready"
     assert "type" not in ready["spec"]
 

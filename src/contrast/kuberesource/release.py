@@ -31,6 +31,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 USER_API_PORT = 1313
 MESH_API_PORT = 7777
 HTTP_PORT = 9102
+TRANSIT_API_PORT = 8200  # the transit engine (Vault auto-unseal), named transitapi as the original
 STATE_DIR = "/mnt/state"
 ROLE_ANNOTATION = "contrast.edgeless.systems/pod-role"
 COORDINATOR_LABELS = {"app.kubernetes.io/name": "coordinator"}
@@ -188,6 +189,7 @@ def _ports() -> list[dict[str, Any]]:
         {"name": "userapi", "containerPort": USER_API_PORT},
         {"name": "meshapi", "containerPort": MESH_API_PORT},
         {"name": "http", "containerPort": HTTP_PORT},
+        {"name": "transitapi", "containerPort": TRANSIT_API_PORT},
     ]
 
 
