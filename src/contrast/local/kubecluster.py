@@ -14,11 +14,12 @@ import json
 import re
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from contrast.local.errors import LocalError
+from contrast.local.meshprobe import ProbeResult
 
 KUBECTL_TIMEOUT = 120
 PUSH_TIMEOUT = 600
@@ -162,6 +163,29 @@ class KubeCluster:
             if process.poll() is None:
                 process.kill()
                 process.wait()
+
+    def probe(
+        self,
+        namespace: str,
+        target: str,
+        port: int,
+        probe: Callable[[int], ProbeResult],
+        *,
+        settled: Callable[[ProbeResult], bool],
+        attempts: int = 5,
+    ) -> ProbeResult:
+        """`probe` through a port-forward of its own to `port` of `target`, again (on a new
+        port-forward) until `settled` says its result is the server's and not the way's, at most
+        `attempts` times; the last result. kubectl port-forward and a relay pod may drop a
+        connection on a loaded machine, and a connection the server reset may break the
+        port-forward for the next one."""
+        for attempt in range(attempts):
+            with self.port_forward(namespace, target, (port,)) as ports:
+                result = probe(ports[port])
+            if settled(result):
+                break
+            time.sleep(1 + attempt)
+        return result
 
 
 def push_image(layout: Path, reference: str, destination: str, scratch: Path) -> str:

@@ -89,6 +89,12 @@ class ProbeResult:
     def refused(self) -> bool:
         return bool(self.refusal)
 
+    @property
+    def by_alert(self) -> bool:
+        """Refused by a TLS alert: the server itself was reached and said no (a connection
+        reset or closed on the way, by a relay say, is not that)."""
+        return "_ALERT_" in self.refusal
+
     def json(self) -> dict[str, object]:
         body = self.answer.partition("\r\n\r\n")[2]
         document: dict[str, object] = json.loads(body)
