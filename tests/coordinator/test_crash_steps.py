@@ -126,9 +126,10 @@ def retry_after_death(
 
 # The entries of one SetManifest, in order: the policy packs (none when an update's new
 # policies are all in the packs it keeps), the pack index and its pointer, the manifest's chunks
-# when it exceeds one entry, the manifest, the transition, the sealed CA and the head.
+# when it exceeds one entry, the manifest, the transition, the sealed CA, its count and the head.
 WRITES = re.compile(
-    r"(packs )*policyindexes policysets (chunks )*manifests transitions authorities transitions"
+    r"(packs )*policyindexes policysets (chunks )*manifests transitions authorities generations"
+    r" transitions"
 )
 
 

@@ -128,7 +128,9 @@ def altered(data: bytes) -> bytes:
     return bytes(flipped)
 
 
-@pytest.mark.parametrize("kind", ["chunks", "manifests", "packs", "policyindexes", "policysets"])
+@pytest.mark.parametrize(
+    "kind", ["chunks", "manifests", "packs", "policyindexes", "policysets", "generations"]
+)
 def test_any_altered_entry_of_a_10000_policy_manifest_is_refused_on_recovery(
     large: Deployment, new_store: StoreFactory, kind: str
 ) -> None:

@@ -179,8 +179,9 @@ class Coordinator:
     def generation(self) -> int:
         """How many manifests the active history holds (0 before the first).
 
-        After a restart it is counted once, on first use, by walking the chain back; a state
-        that follows a counted one carries the count on.
+        After a restart it is the count stored beside the head (`History.generation`), read on
+        recovery; in a history written before counts were stored it is counted once, on first
+        use, by walking the chain back. A state that follows a counted one carries the count on.
         """
         state = self._state
         if state is None:
@@ -621,6 +622,9 @@ class Coordinator:
             try:
                 latest = self._history.get_latest(engine.transaction_signing_key.public_key())
                 stored = self._check_stored_history(latest)
+                generation = self._history.generation(
+                    latest.transition_hash, engine.transaction_signing_key.public_key()
+                )
                 # The head the seed share owner last saw must be in the stored chain: a newer
                 # head is a legitimate update, a missing one means the store was rolled back or
                 # replaced. The walk stops at it: usually the head itself, or a few updates back.
@@ -647,7 +651,7 @@ class Coordinator:
                     stored.manifest,
                     stored.manifest_bytes,
                     latest=latest,
-                    generation=None,
+                    generation=generation,
                     verifier=self._verifier_for(stored.manifest),
                 )
             except HistoryError as error:
@@ -660,8 +664,10 @@ class Coordinator:
                     )
             self._state = state
             self._recovering = False
-        # Ready without it: the count (for the metric) is walked in the background.
-        threading.Thread(target=self._count_quietly, name="count-generation", daemon=True).start()
+        if generation is None:  # no count stored: ready without it, walked in the background
+            threading.Thread(
+                target=self._count_quietly, name="count-generation", daemon=True
+            ).start()
 
     def _count_quietly(self) -> None:
         try:

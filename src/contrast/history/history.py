@@ -6,6 +6,12 @@ Layout (as the original's `internal/history`):
   previous hash being 32 zero bytes, so the transitions form a hash chain;
 - `transitions/latest` → `TransitionHash ‖ ECDSA-P384 signature over that raw hash` with the
   seed-derived transaction signing key;
+- `generations/<transition hash>` → how many manifests the chain ending there holds (8 bytes,
+  big-endian) ‖ an ECDSA-P384 signature over it with the head's key, beyond the original: a
+  restarted Coordinator learns the history's length in one read instead of walking it back
+  (1000 reads after 1000 updates, each a round trip to the API server on ConfigMaps). Written
+  before the head moves, for transitions this process wrote after a counted one; where it is
+  missing (a history written before), the chain is walked as before;
 - `authorities/<transition hash>-<sealer>` → that state's CA (mesh CA key and certificates),
   sealed with a seed-derived key (`contrast.ca.sealed`), in the slot of that seed (`sealer_id`).
   Beyond the original: every replica, and every restart, serves one manifest with the same mesh
@@ -39,6 +45,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes
@@ -54,6 +61,8 @@ from contrast.history.errors import (
     HistoryError,
 )
 from contrast.history.store import Store
+
+T = TypeVar("T")
 
 HASH_SIZE = 32
 ZERO_HASH = bytes(HASH_SIZE)
@@ -71,6 +80,7 @@ KINDS = (
     "packs",
     "policyindexes",
     "policysets",
+    "generations",
 )
 CHUNKED_MAGIC = b"contrast-chunked-v1\n"
 INDEX_MAGIC = b"contrast-policy-index-v1\n"
@@ -78,6 +88,10 @@ INDEX_MAGIC = b"contrast-policy-index-v1\n"
 # Coordinator; an index naming more chunks than this is refused before any is read.
 MAXIMUM_CHUNKED_SIZE = 256 * 1024 * 1024
 _LENGTH = 4
+_COUNT = 8
+GENERATION_LABEL = b"contrast-history-generation-v1\n"
+# Transitions written and counts read or written by one History, kept for the next update.
+_REMEMBERED = 16
 
 
 def check_size(what: str, data: bytes) -> None:
@@ -154,6 +168,17 @@ class LatestTransition:
             ) from None
 
 
+def _generation_digest(transition_hash: bytes, count: int) -> bytes:
+    """What a generation entry's signature covers: a label, the transition and its count."""
+    return digest(GENERATION_LABEL + transition_hash + count.to_bytes(_COUNT, "big"))
+
+
+def _remember(memory: dict[bytes, T], key: bytes, value: T) -> None:
+    memory[key] = value
+    while len(memory) > _REMEMBERED:
+        del memory[next(iter(memory))]
+
+
 def _authority_key(transition_hash: bytes, sealer: bytes) -> str:
     return f"authorities/{transition_hash.hex()}-{sealer.hex()}"
 
@@ -189,6 +214,8 @@ class History:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._transitions: dict[bytes, Transition] = {}  # written through this object
+        self._counts: dict[bytes, int] = {}  # generations read (signature checked) or written
 
     def _put_addressed(self, kind: str, data: bytes) -> bytes:
         check_size(kind.removesuffix("s"), data)
@@ -376,7 +403,9 @@ class History:
         return self.store.get(f"policies/{policy_hash.hex()}") is not None
 
     def put_transition(self, transition: Transition) -> bytes:
-        return self._put_addressed("transitions", transition.to_bytes())
+        name = self._put_addressed("transitions", transition.to_bytes())
+        _remember(self._transitions, name, transition)
+        return name
 
     def get_transition(self, transition_hash: bytes) -> Transition:
         return Transition.from_bytes(self._get_addressed("transitions", transition_hash))
@@ -415,12 +444,65 @@ class History:
         transition_hash: bytes,
         key: ec.EllipticCurvePrivateKey,
     ) -> LatestTransition:
-        """Move the head to `transition_hash` if it is still `expected` (the commit point)."""
+        """Move the head to `transition_hash` if it is still `expected` (the commit point).
+
+        Its generation is stored first when this object wrote the transition and knows the
+        count of the one it follows (see the module docstring).
+        """
+        self._put_generation(transition_hash, key)
         latest = LatestTransition.sign(transition_hash, key)
         self.store.compare_and_swap(
             LATEST_KEY, None if expected is None else expected.to_bytes(), latest.to_bytes()
         )
         return latest
+
+    def generation(self, transition_hash: bytes, key: ec.EllipticCurvePublicKey) -> int | None:
+        """How many manifests the chain ending at `transition_hash` holds, from its stored count.
+
+        None when no count is stored for it (then only walking the chain tells). A count not
+        signed by `key` (the head's), or not one, is damage.
+        """
+        if transition_hash == ZERO_HASH:
+            return 0
+        known = self._counts.get(transition_hash)
+        if known is not None:
+            return known
+        name = f"generations/{transition_hash.hex()}"
+        data = self.store.get(name)
+        if data is None:
+            return None
+        count = int.from_bytes(data[:_COUNT], "big")
+        if len(data) <= _COUNT or not 1 <= count <= MAXIMUM_GENERATIONS:
+            raise DamagedEntry(f"{self.store.describe(name)} is not a count of manifests")
+        try:
+            key.verify(
+                data[_COUNT:],
+                _generation_digest(transition_hash, count),
+                ec.ECDSA(Prehashed(hashes.SHA256())),
+            )
+        except InvalidSignature:
+            raise HashMismatch(
+                f"{self.store.describe(name)} is not signed by this Coordinator's seed: the store"
+                " was tampered with"
+            ) from None
+        _remember(self._counts, transition_hash, count)
+        return count
+
+    def _put_generation(self, transition_hash: bytes, key: ec.EllipticCurvePrivateKey) -> None:
+        transition = self._transitions.get(transition_hash)
+        if transition is None:
+            return
+        previous = self.generation(transition.previous_transition_hash, key.public_key())
+        if previous is None:  # follows a history written before counts: walked when needed
+            return
+        count = previous + 1
+        signature = key.sign(
+            _generation_digest(transition_hash, count), ec.ECDSA(Prehashed(hashes.SHA256()))
+        )
+        self.store.put(
+            f"generations/{transition_hash.hex()}", count.to_bytes(_COUNT, "big") + signature
+        )
+        _remember(self._counts, transition_hash, count)
 
     def get_authority(self, transition_hash: bytes, *, sealer: bytes) -> bytes | None:
         """The CA of the state at `transition_hash` sealed by the seed `sealer` names, if stored."""
