@@ -18,6 +18,7 @@ import grpc
 import hvac
 import hvac.exceptions
 import pytest
+import requests
 
 from contrast.api import services, userapi_pb2
 from contrast.initializer.client import obtain_mesh_certificate
@@ -44,6 +45,8 @@ def test_the_program_serves_the_transit_engine(
     )
     try:
         url = f"https://localhost:{transit_port(program)}"
+        with pytest.raises(requests.exceptions.SSLError):  # the stand-in is not trusted
+            requests.put(f"{url}/v1/transit/encrypt/web", json={}, timeout=10)
         with pytest.raises(hvac.exceptions.VaultDown, match="no manifest is set"):
             hvac.Client(url=url, verify=False, timeout=10).secrets.transit.encrypt_data(
                 "web", "", mount_point="transit"
@@ -82,6 +85,10 @@ def test_the_program_serves_the_transit_engine(
     messages = [json.loads(line)["message"] for line in lines]
     assert any(m.startswith("transit: refused POST /v1/transit/decrypt/") for m in messages)
     assert any(m.startswith("transit: TLS handshake with 127.0.0.1 refused") for m in messages)
+    assert any(
+        m.startswith("transit: TLS handshake") and "not serving: no manifest is set" in m
+        for m in messages
+    ), messages
     assert not any("root key" in line.decode() for line in lines)
 
 

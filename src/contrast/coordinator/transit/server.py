@@ -90,20 +90,25 @@ class _HttpsServer(ThreadingHTTPServer):
         assert isinstance(request, socket.socket)
         request.settimeout(TIMEOUT)
         now = utc_now()
+        not_serving = ""
         try:
             context = self._tls.serving(self.engine.state().authority, now)
-        except NotServing:
+        except NotServing as error:
             context = self._tls.not_serving(now)
+            # A verifying client refuses the stand-in certificate and cannot read the 503: the
+            # reason goes into this side's log line instead.
+            not_serving = f" (not serving: {error.explain()})"
         try:
             connection = context.wrap_socket(request, server_side=True)
         except (ssl.SSLError, OSError) as error:
             reason = getattr(error, "reason", None) or type(error).__name__
-            admission = self.throttle.admit(("handshake", reason))
+            admission = self.throttle.admit(("handshake", reason, not_serving))
             if admission is not None:
                 log.info(
-                    "transit: TLS handshake with %s refused or failed: %s",
+                    "transit: TLS handshake with %s refused or failed: %s%s",
                     client_address[0],
                     reason,
+                    not_serving,
                     extra={"fields": admission.fields()},
                 )
             return
