@@ -1,7 +1,8 @@
 """Build the four release images into one OCI layout.
 
 Layers, bottom to top, so that images share what they can: the Debian root file system with
-Python (all four), iptables (the service-mesh proxy only), the image's locked dependencies, and
+Python (all four), iptables (the service-mesh proxy only) or cryptsetup, e2fsprogs and
+util-linux (the Initializer only), the image's locked dependencies, and
 the contrast wheel (all four). Each layer is written once and stored once in the layout.
 """
 
@@ -21,6 +22,7 @@ from contrast.imagebuild.layer import Entry, write_layer
 from contrast.imagebuild.lock import BuildError, Lock, Wheel
 from contrast.imagebuild.oci import BuiltImage, LayoutWriter
 from contrast.imagebuild.spec import (
+    DEBIAN_LINKS,
     DEBIAN_SETS,
     ENVOY,
     GROUP,
@@ -42,10 +44,6 @@ from contrast.cli.main import main
 
 sys.exit(main())
 """.encode()
-# Debian's iptables picks its backend with update-alternatives, a maintainer script that an
-# extracted tree never runs; these are the links it would make (the nft backend, Debian's default).
-IPTABLES_LINKS = ("iptables", "iptables-restore", "iptables-save")
-IPTABLES_BACKEND = "xtables-nft-multi"
 
 
 @dataclass(frozen=True)
@@ -85,10 +83,8 @@ def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) ->
         for name in DEBIAN_SETS:
             if name != "python":
                 added = [e for e in debian.entries(trees[name]) if known.get(e.path) != e]
-                added += [
-                    Entry.symlink(f"usr/sbin/{link}", "xtables-nft-multi")
-                    for link in IPTABLES_LINKS
-                ]
+                links = DEBIAN_LINKS.get(name, ())
+                added += [Entry.symlink(path, target) for path, target in links]
                 debian_layers[name] = [base, write_layer(added, epoch)]
 
         LOG.info("Python layers")

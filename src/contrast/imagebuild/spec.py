@@ -36,6 +36,21 @@ DEBIAN_SETS: dict[str, tuple[str, ...]] = {
     "python": ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6"),
     # The sidecar applies its rules with iptables-restore.
     "iptables": ("python3.11-minimal", "libpython3.11-stdlib", "libstdc++6", "iptables"),
+    # The Initializer of a `secure-pv` pod (initializer/cryptsetup.py) runs cryptsetup, blkid
+    # (util-linux), mkfs.ext4 (e2fsprogs) and mount.
+    "cryptsetup": (
+        "python3.11-minimal", "libpython3.11-stdlib", "libstdc++6", "cryptsetup-bin",
+        "e2fsprogs", "mount", "util-linux",
+    ),
+}  # fmt: skip
+# Links a package set needs that a maintainer script would have made (an extracted tree runs
+# none): Debian's iptables picks its backend with update-alternatives; these are the links it
+# would make (the nft backend, Debian's default).
+DEBIAN_LINKS: dict[str, tuple[tuple[str, str], ...]] = {
+    "iptables": tuple(
+        (f"usr/sbin/{name}", "xtables-nft-multi")
+        for name in ("iptables", "iptables-restore", "iptables-save")
+    ),
 }
 
 # Python requirement sets: the distributions a component imports (measured by importing its
@@ -82,7 +97,7 @@ class ImageSpec:
 
 IMAGES = (
     ImageSpec("coordinator", "python", "coordinator", ("coordinator",)),
-    ImageSpec("initializer", "python", "initializer", ("initializer",)),
+    ImageSpec("initializer", "cryptsetup", "initializer", ("initializer",)),
     ImageSpec("service-mesh-proxy", "iptables", "service-mesh-proxy", ("servicemesh", "run")),
     ImageSpec("node-installer", "python", "node-installer", ("node-installer",)),
 )
