@@ -20,12 +20,12 @@ INGRESS = "contrast.edgeless.systems/servicemesh-ingress"
             f" {INGRESS}?)",
         ),
         (
-            "contrast.edgeless.systems/image-store-size: '5Gi'\n        " + INGRESS,
-            "image-store-size='5Gi' asks for a secure image store: recognised but not supported"
-            " by this release (accepted: 0)",
+            "contrast.edgeless.systems/image-store-size: '5 Gi'\n        " + INGRESS,
+            "image-store-size='5 Gi' is not a Kubernetes quantity (accepted: 0, or a size such"
+            " as 250Gi (a quantity))",
         ),
     ],
-    ids=["misspelt", "not supported"],
+    ids=["misspelt", "malformed"],
 )
 def test_an_annotation_not_accepted_fails_in_one_line_and_writes_nothing(
     workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str], replacement: str, said: str

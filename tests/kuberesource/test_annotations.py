@@ -69,6 +69,7 @@ def test_every_annotation_the_code_reads_is_in_the_table() -> None:
         ("servicemesh-admin-interface-port", "9901"),
         ("workload-secret-id", "my-workload-secret"),
         ("image-store-size", "0"),
+        ("image-store-size", "250Gi"),
         ("secure-pv", "device-name:mount-name"),
     ],
 )
@@ -89,7 +90,9 @@ def test_accepted_values_pass_on_template_and_resource(key: str, value: str) -> 
         ("secure-pv", "device-name", "is not DEVICE:MOUNT"),
         ("secure-pv", "dev:mount:extra", "is not DEVICE:MOUNT"),
         ("secure-pv", "Device:mount", "is not DEVICE:MOUNT"),
-        ("image-store-size", "10Gi", "recognised but not supported by this release"),
+        ("image-store-size", "10GB", "is not a Kubernetes quantity"),
+        ("image-store-size", "0Gi", "is not a positive size"),
+        ("image-store-size", "-1Gi", "is not a positive size"),
         ("platform", "metal-qemu-snp", "accepted: "),
     ],
 )

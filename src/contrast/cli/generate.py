@@ -121,6 +121,12 @@ def _add_injections(parser: argparse.ArgumentParser) -> None:
         help="INSECURE: add the contrast-debug-shell sidecar and contrast.insecure-debug to every"
         " pod's initdata (the policy hashes show it); never for production",
     )
+    parser.add_argument(
+        "--inject-image-store",
+        action="store_true",
+        help="add an ephemeral block volume at /dev/image_store (10Gi, or the pod's"
+        " image-store-size) for the pod's images, instead of memory",
+    )
 
 
 def _add_image_sources(parser: argparse.ArgumentParser) -> None:
@@ -204,6 +210,7 @@ def _options(arguments: argparse.Namespace) -> pipeline.Options:
         skip_initializer=arguments.skip_initializer,
         skip_service_mesh=arguments.skip_service_mesh,
         insecure_debug_shell=arguments.insecure_enable_debug_shell_access,
+        inject_image_store=arguments.inject_image_store,
         image_replacements=image_replacements(arguments),
         oci_layouts=tuple(arguments.oci_layout),
         insecure_registries=tuple(arguments.insecure_registry),

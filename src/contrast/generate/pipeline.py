@@ -36,6 +36,7 @@ from contrast.images.resolver import ImageResolver
 from contrast.kuberesource import (
     checks,
     debugshell,
+    imagestore,
     inject,
     knownannotations,
     runtimeclass,
@@ -81,6 +82,8 @@ class Options:
     skip_service_mesh: bool = False
     # The original's --insecure-enable-debug-shell-access (kuberesource/debugshell.py).
     insecure_debug_shell: bool = False
+    # The original's --inject-image-store (kuberesource/imagestore.py).
+    inject_image_store: bool = False
     image_replacements: ImageReplacements = field(default_factory=ImageReplacements)
     oci_layouts: tuple[Path, ...] = ()
     insecure_registries: tuple[str, ...] = ()
@@ -344,6 +347,10 @@ class _Edit:
             debugshell.inject(workload)
         else:
             debugshell.remove(workload)
+        if self.options.inject_image_store:
+            imagestore.inject(workload)
+        else:
+            imagestore.remove(workload)
         # After injection, so that the Initializer and the sidecar are replaced too; before the
         # policy, which then describes the images the pod will run.
         self.options.image_replacements.replace_in(workload)
@@ -850,6 +857,9 @@ def _report_workloads(
         identities.append(_identity(workload, policy_hash))
         result.policies[workload.describe()] = policy_hash
         result.warnings.extend(warnings)
+        unused = None if options.inject_image_store else imagestore.unused_size(workload)
+        if unused is not None:
+            result.warnings.append(unused)
         if options.insecure_debug_shell:
             result.warnings.append(
                 checks.CheckWarning(

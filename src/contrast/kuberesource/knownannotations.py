@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from contrast.kuberesource.quantity import QuantityError, parse_quantity
 from contrast.kuberesource.workloads import (
     CONTRAST_ANNOTATION_PREFIX,
     COORDINATOR_ROLE,
@@ -46,8 +47,8 @@ class Annotation:
     """One row of the table: the key, where it goes, the values it takes and what it does.
 
     `check` returns what is wrong with a value (None when the value is accepted). An
-    annotation of the original that this release recognises but does not build accepts only
-    the value that asks for nothing (`image-store-size: "0"`); its check says so for the rest.
+    annotation of the original that this release recognises but does not build would accept
+    only the value that asks for nothing, its check saying so for the rest (none is left).
     """
 
     name: str
@@ -107,11 +108,20 @@ def _secure_pv(value: str) -> str | None:
     return None
 
 
-def _image_store_size(value: str) -> str | None:
-    # "0" disables the store, which is what this release does anyway; a size asks for one.
-    if value.strip() == "0":
+def image_store_size_problem(value: str) -> str | None:
+    """What is wrong with an `image-store-size` value: `"0"` (no store) or a positive size."""
+    text = value.strip()
+    if text == "0":
         return None
-    return "asks for a secure image store: recognised but not supported by this release"
+    try:
+        size = parse_quantity(text)
+    except QuantityError:
+        return "is not a Kubernetes quantity"
+    if size <= 0:
+        return 'is not a positive size ("0", without a unit, disables the store)'
+    if size != size.to_integral_value():
+        return "is not a whole number of bytes"
+    return None
 
 
 TABLE: tuple[Annotation, ...] = (
@@ -160,11 +170,12 @@ TABLE: tuple[Annotation, ...] = (
         _secure_pv,
     ),
     Annotation(
-        "image-store-size", WORKLOADS, "`0`",
-        "`0` turns the secure image store off, as this release has none; any size is refused:"
-        " recognised, but not supported by this release (`--inject-image-store` of the"
-        " original)",
-        _image_store_size,
+        "image-store-size", WORKLOADS, "`0`, or a size such as `250Gi` (a quantity)",
+        "with `generate --inject-image-store`: the size of the pod's ephemeral block volume for"
+        " its images (default `10Gi`), bound at `/dev/image_store` by the `pvc-holder` sidecar;"
+        " `0`: no image store for this pod. Without the flag it does nothing (a warning), as in"
+        " the original",
+        image_store_size_problem,
     ),
     Annotation(
         "platform", WORKLOADS, ", ".join(f"`{p.display_name}`" for p in PLATFORMS),
