@@ -153,16 +153,7 @@ class EmulatedTdx:
         td_attributes: bytes = NON_DEBUG_TD_ATTRIBUTES,
     ) -> bytes:
         """A v4 quote over a TD report with these values (type 6 certification data)."""
-        _check_size(report_data, REPORT_DATA_SIZE, "report data")
-        _check_size(mr_config_id, MR_CONFIG_ID_SIZE, "MRCONFIGID")
-        _check_size(td_attributes, TD_ATTRIBUTES_SIZE, "TD attributes")
-        if mr_td is not None:
-            _check_size(mr_td, MEASUREMENT_SIZE, "MRTD")
-        if rtmrs is not None:
-            if len(rtmrs) != 4:
-                raise _issuer_error(f"expected 4 RTMRs, got {len(rtmrs)}")
-            for rtmr in rtmrs:
-                _check_size(rtmr, MEASUREMENT_SIZE, "an RTMR")
+        _check_issue_inputs(report_data, mr_config_id, td_attributes, mr_td, rtmrs)
         hierarchy = self._load()
         header = QuoteHeader(
             QUOTE_VERSION_4,
@@ -187,50 +178,7 @@ class EmulatedTdx:
             rtmrs=rtmrs if rtmrs is not None else _default_rtmrs(),
             report_data=report_data,
         )
-        auth_data = bytes(range(32))
-        attestation_key = hierarchy.attestation_public
-        qe_report = QeReport(
-            cpu_svn=bytes(SGX_COMPONENTS),
-            misc_select=0,
-            reserved1=bytes(28),
-            attributes=QE_ATTRIBUTES,
-            mr_enclave=QE_MRENCLAVE,
-            reserved2=bytes(32),
-            mr_signer=QE_MRSIGNER,
-            reserved3=bytes(96),
-            isv_prod_id=QE_ISVPRODID,
-            isv_svn=QE_ISVSVN,
-            reserved4=bytes(60),
-            report_data=hashlib.sha256(attestation_key + auth_data).digest() + bytes(32),
-        )
-        qe_certification = QeReportCertificationData(
-            qe_report,
-            _sign(hierarchy.pck_key, qe_report.to_bytes()),
-            auth_data,
-            CertificationData(CERT_TYPE_PCK_CHAIN, hierarchy.chain_pem),
-        )
-        unsigned = Quote(
-            header,
-            body,
-            QuoteSignatureData(
-                bytes(64),
-                attestation_key,
-                CertificationData(CERT_TYPE_QE_REPORT, qe_certification.to_bytes()),
-                qe_certification,
-            ),
-        )
-        signature = _sign(hierarchy.attestation_key, unsigned.signed_bytes)
-        signed = Quote(
-            header,
-            body,
-            QuoteSignatureData(
-                signature,
-                attestation_key,
-                unsigned.signature_data.certification,
-                qe_certification,
-            ),
-        )
-        return signed.to_bytes()
+        return _signed_quote(hierarchy, header, body)
 
     def collateral_files(self, *, now: datetime) -> list[bytes]:
         """TCB info, QE identity (PCS JSON), PCK and root CRLs, valid around `now` for 30 days.
@@ -377,6 +325,82 @@ class EmulatedTdx:
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+
+
+def _check_issue_inputs(
+    report_data: bytes,
+    mr_config_id: bytes,
+    td_attributes: bytes,
+    mr_td: bytes | None,
+    rtmrs: tuple[bytes, ...] | None,
+) -> None:
+    """Refuse fields of the wrong size before anything is signed: a quote would only pack them."""
+    _check_size(report_data, REPORT_DATA_SIZE, "report data")
+    _check_size(mr_config_id, MR_CONFIG_ID_SIZE, "MRCONFIGID")
+    _check_size(td_attributes, TD_ATTRIBUTES_SIZE, "TD attributes")
+    if mr_td is not None:
+        _check_size(mr_td, MEASUREMENT_SIZE, "MRTD")
+    if rtmrs is not None:
+        if len(rtmrs) != 4:
+            raise _issuer_error(f"expected 4 RTMRs, got {len(rtmrs)}")
+        for rtmr in rtmrs:
+            _check_size(rtmr, MEASUREMENT_SIZE, "an RTMR")
+
+
+def _qe_certification(hierarchy: _Hierarchy, auth_data: bytes) -> QeReportCertificationData:
+    """The quoting enclave's report, binding the attestation key, signed by the PCK key.
+
+    This is what ties the quote's signing key to the PCK certificate chain a verifier checks.
+    """
+    qe_report = QeReport(
+        cpu_svn=bytes(SGX_COMPONENTS),
+        misc_select=0,
+        reserved1=bytes(28),
+        attributes=QE_ATTRIBUTES,
+        mr_enclave=QE_MRENCLAVE,
+        reserved2=bytes(32),
+        mr_signer=QE_MRSIGNER,
+        reserved3=bytes(96),
+        isv_prod_id=QE_ISVPRODID,
+        isv_svn=QE_ISVSVN,
+        reserved4=bytes(60),
+        report_data=hashlib.sha256(hierarchy.attestation_public + auth_data).digest() + bytes(32),
+    )
+    return QeReportCertificationData(
+        qe_report,
+        _sign(hierarchy.pck_key, qe_report.to_bytes()),
+        auth_data,
+        CertificationData(CERT_TYPE_PCK_CHAIN, hierarchy.chain_pem),
+    )
+
+
+def _signed_quote(hierarchy: _Hierarchy, header: QuoteHeader, body: TdReport) -> bytes:
+    """The quote's bytes, signed by the attestation key over its header and TD report."""
+    auth_data = bytes(range(32))
+    attestation_key = hierarchy.attestation_public
+    qe_certification = _qe_certification(hierarchy, auth_data)
+    unsigned = Quote(
+        header,
+        body,
+        QuoteSignatureData(
+            bytes(64),
+            attestation_key,
+            CertificationData(CERT_TYPE_QE_REPORT, qe_certification.to_bytes()),
+            qe_certification,
+        ),
+    )
+    signature = _sign(hierarchy.attestation_key, unsigned.signed_bytes)
+    signed = Quote(
+        header,
+        body,
+        QuoteSignatureData(
+            signature,
+            attestation_key,
+            unsigned.signature_data.certification,
+            qe_certification,
+        ),
+    )
+    return signed.to_bytes()
 
 
 def _issuer_error(message: str) -> AttestationError:

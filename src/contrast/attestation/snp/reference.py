@@ -236,33 +236,8 @@ class SnpReferenceValues:
             values["minimum_tcb"] = MinimumTcb.from_json(data["MinimumTCB"])
         if "MinimumLaunchTCB" in data:
             values["minimum_launch_tcb"] = MinimumTcb.from_json(data["MinimumLaunchTCB"])
-        policy = data.get("GuestPolicy", {})
-        if not isinstance(policy, Mapping):
-            raise ValueError("GuestPolicy must be an object")
-        unknown = set(policy) - {"ABIMinor", "ABIMajor", *_POLICY_ALLOWS, *_POLICY_REQUIRES}
-        if unknown:
-            raise ValueError(f"GuestPolicy: unknown fields {sorted(unknown)}")
-        values["minimum_abi_minor"] = _byte(policy.get("ABIMinor", 0), "GuestPolicy.ABIMinor")
-        values["minimum_abi_major"] = _byte(policy.get("ABIMajor", 0), "GuestPolicy.ABIMajor")
-        for key, (name, _) in (_POLICY_ALLOWS | _POLICY_REQUIRES).items():
-            if key in policy:
-                values[name] = _bool(policy[key], f"GuestPolicy.{key}")
-        platform = data.get("PlatformInfo", {})
-        if not isinstance(platform, Mapping):
-            raise ValueError("PlatformInfo must be an object")
-        unknown = set(platform) - {*_PLATFORM_CEILINGS, *_PLATFORM_FLOORS}
-        if unknown:
-            raise ValueError(f"PlatformInfo: unknown fields {sorted(unknown)}")
-        values["platform_info_forbidden"] = sum(
-            bit
-            for key, bit in _PLATFORM_CEILINGS.items()
-            if key in platform and not _bool(platform[key], f"PlatformInfo.{key}")
-        )
-        values["platform_info_required"] = sum(
-            bit
-            for key, bit in _PLATFORM_FLOORS.items()
-            if _bool(platform.get(key, False), f"PlatformInfo.{key}")
-        )
+        values.update(_guest_policy_fields(data.get("GuestPolicy", {})))
+        values.update(_platform_info_fields(data.get("PlatformInfo", {})))
         vector = data.get("MinimumMitigationVector", 0)
         if isinstance(vector, bool) or not isinstance(vector, int) or not 0 <= vector < 1 << 64:
             raise ValueError("MinimumMitigationVector must be a uint64")
@@ -287,6 +262,44 @@ class SnpReferenceValues:
         if data.get("HostData") is not None:
             values["host_data"] = _hex(data["HostData"], HOST_DATA_SIZE, "HostData")
         return cls(**values)
+
+
+def _guest_policy_fields(policy: object) -> dict[str, Any]:
+    """`GuestPolicy`'s fields: the minimum ABI version and the policy bits allowed or required."""
+    if not isinstance(policy, Mapping):
+        raise ValueError("GuestPolicy must be an object")
+    unknown = set(policy) - {"ABIMinor", "ABIMajor", *_POLICY_ALLOWS, *_POLICY_REQUIRES}
+    if unknown:
+        raise ValueError(f"GuestPolicy: unknown fields {sorted(unknown)}")
+    values: dict[str, Any] = {
+        "minimum_abi_minor": _byte(policy.get("ABIMinor", 0), "GuestPolicy.ABIMinor"),
+        "minimum_abi_major": _byte(policy.get("ABIMajor", 0), "GuestPolicy.ABIMajor"),
+    }
+    for key, (name, _) in (_POLICY_ALLOWS | _POLICY_REQUIRES).items():
+        if key in policy:
+            values[name] = _bool(policy[key], f"GuestPolicy.{key}")
+    return values
+
+
+def _platform_info_fields(platform: object) -> dict[str, int]:
+    """`PlatformInfo` as two masks: the bits a report must not set, and those it must."""
+    if not isinstance(platform, Mapping):
+        raise ValueError("PlatformInfo must be an object")
+    unknown = set(platform) - {*_PLATFORM_CEILINGS, *_PLATFORM_FLOORS}
+    if unknown:
+        raise ValueError(f"PlatformInfo: unknown fields {sorted(unknown)}")
+    return {
+        "platform_info_forbidden": sum(
+            bit
+            for key, bit in _PLATFORM_CEILINGS.items()
+            if key in platform and not _bool(platform[key], f"PlatformInfo.{key}")
+        ),
+        "platform_info_required": sum(
+            bit
+            for key, bit in _PLATFORM_FLOORS.items()
+            if _bool(platform.get(key, False), f"PlatformInfo.{key}")
+        ),
+    }
 
 
 def validate_report(verified: VerifiedReport, reference: SnpReferenceValues) -> None:

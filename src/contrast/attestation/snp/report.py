@@ -433,30 +433,7 @@ class Report:
         MALFORMED_REPORT for an unsupported version, reserved bits set or a reserved signer.
         """
         data = bytes(data)
-        if len(data) != REPORT_SIZE:
-            raise MalformedEvidence(
-                Reason.MALFORMED_REPORT_LENGTH,
-                f"an SEV-SNP attestation report is {REPORT_SIZE} bytes, got {len(data)}",
-                hint="pass the raw report, not hex, base64 or a wrapper such as an HCL report",
-            )
-        version, guest_svn, policy = struct.unpack_from("<IIQ", data, _VERSION)
-        if version not in SUPPORTED_VERSIONS:
-            raise MalformedEvidence(
-                Reason.MALFORMED_REPORT,
-                f"unsupported SEV-SNP report version {version} (supported: 2 to 5)",
-            )
-        reserved = list(_MUST_BE_ZERO)
-        if version < CPUID_SINCE_VERSION:
-            reserved.append((_CPUID, _CPUID + 3))
-        if version < MITIGATION_VECTORS_SINCE_VERSION:
-            reserved.append((_LAUNCH_MIT_VECTOR, _MIT_VECTORS_END))
-        for start, end in reserved:
-            if data.count(0, start, end) != end - start:
-                raise MalformedEvidence(
-                    Reason.MALFORMED_REPORT,
-                    f"reserved bytes {start:#x}..{end - 1:#x} of a version {version} report"
-                    " are not zero",
-                )
+        version, guest_svn, policy = _checked_layout(data)
         cpuid = CpuId(*data[_CPUID : _CPUID + 3]) if version >= CPUID_SINCE_VERSION else None
         chip_id = data[_CHIP_ID : _CHIP_ID + CHIP_ID_SIZE]
         layout = _choose_tcb_layout(cpuid, product, chip_id)
@@ -570,6 +547,40 @@ class Report:
         except (struct.error, OverflowError) as error:
             raise ValueError(f"report field out of range: {error}") from None
         return bytes(out)
+
+
+def _checked_layout(data: bytes) -> tuple[int, int, int]:
+    """The report's version, guest SVN and policy, once its length, version and reserved bytes
+    are checked: a report of another layout must not be read field by field as this one.
+
+    The bytes a version does not define yet (CPUID before v3, mitigation vectors before v5) are
+    reserved in it, and must be zero like the others.
+    """
+    if len(data) != REPORT_SIZE:
+        raise MalformedEvidence(
+            Reason.MALFORMED_REPORT_LENGTH,
+            f"an SEV-SNP attestation report is {REPORT_SIZE} bytes, got {len(data)}",
+            hint="pass the raw report, not hex, base64 or a wrapper such as an HCL report",
+        )
+    version, guest_svn, policy = struct.unpack_from("<IIQ", data, _VERSION)
+    if version not in SUPPORTED_VERSIONS:
+        raise MalformedEvidence(
+            Reason.MALFORMED_REPORT,
+            f"unsupported SEV-SNP report version {version} (supported: 2 to 5)",
+        )
+    reserved = list(_MUST_BE_ZERO)
+    if version < CPUID_SINCE_VERSION:
+        reserved.append((_CPUID, _CPUID + 3))
+    if version < MITIGATION_VECTORS_SINCE_VERSION:
+        reserved.append((_LAUNCH_MIT_VECTOR, _MIT_VECTORS_END))
+    for start, end in reserved:
+        if data.count(0, start, end) != end - start:
+            raise MalformedEvidence(
+                Reason.MALFORMED_REPORT,
+                f"reserved bytes {start:#x}..{end - 1:#x} of a version {version} report"
+                " are not zero",
+            )
+    return version, guest_svn, policy
 
 
 def _choose_tcb_layout(cpuid: CpuId | None, product: Product | None, chip_id: bytes) -> TcbLayout:

@@ -534,6 +534,33 @@ def check_collateral(
     Returns None when no TCB info was given (CRLs alone can still refuse the PCK).
     """
     tcb_info, qe_identity = collateral.tcb_info, collateral.qe_identity
+    _authenticate(collateral, now, roots)
+    _check_crls(collateral.crls, pck_leaf, pck_intermediate, now, roots)
+    if tcb_info is None:
+        return None
+    _check_same_platform(tcb_info, pck)
+    _check_tdx_module(tcb_info, quote)
+    qe_report = quote.signature_data.qe_certification
+    assert qe_report is not None
+    if qe_identity is not None:
+        _check_qe_identity(qe_identity, quote)
+    return evaluate(
+        tcb_info,
+        sgx_components=pck.tcb.sgx_components,
+        pcesvn=pck.tcb.pcesvn,
+        tee_tcb_svn=quote.body.tee_tcb_svn,
+        qe_identity=qe_identity,
+        qe_isvsvn=qe_report.qe_report.isv_svn,
+    )
+
+
+def _authenticate(collateral: Collateral, now: datetime, roots: IntelRootStore) -> None:
+    """Check that Intel signed the TCB info and QE identity, and that both are current.
+
+    Their signer must chain to a trusted root at `now`; anyone else could write a TCB info that
+    rates any platform up to date.
+    """
+    tcb_info, qe_identity = collateral.tcb_info, collateral.qe_identity
     signers: list[x509.Certificate] | None = None
     if tcb_info is not None or qe_identity is not None:
         signers = roots.tcb_signing_at(now, collateral.certificates)
@@ -578,9 +605,10 @@ def check_collateral(
             early=Reason.QE_IDENTITY_NOT_YET_VALID,
             late=Reason.QE_IDENTITY_EXPIRED,
         )
-    _check_crls(collateral.crls, pck_leaf, pck_intermediate, now, roots)
-    if tcb_info is None:
-        return None
+
+
+def _check_same_platform(tcb_info: TcbInfo, pck: PckExtension) -> None:
+    """Refuse a TCB info for another platform: its levels would rate the wrong hardware."""
     if tcb_info.fmspc != pck.fmspc:
         raise VerificationFailed(
             Reason.FMSPC_MISMATCH,
@@ -593,19 +621,6 @@ def check_collateral(
             Reason.PCE_ID_MISMATCH,
             f"the TCB info is for PCE-ID {tcb_info.pce_id.hex()}, the PCK says {pck.pce_id.hex()}",
         )
-    _check_tdx_module(tcb_info, quote)
-    qe_report = quote.signature_data.qe_certification
-    assert qe_report is not None
-    if qe_identity is not None:
-        _check_qe_identity(qe_identity, quote)
-    return evaluate(
-        tcb_info,
-        sgx_components=pck.tcb.sgx_components,
-        pcesvn=pck.tcb.pcesvn,
-        tee_tcb_svn=quote.body.tee_tcb_svn,
-        qe_identity=qe_identity,
-        qe_isvsvn=qe_report.qe_report.isv_svn,
-    )
 
 
 def _check_signature(
