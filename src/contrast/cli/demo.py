@@ -41,15 +41,31 @@ def register(commands: Any) -> None:
     )  # fmt: skip
     parser.add_argument(
         "--images", type=Path, metavar="DIR",
-        help="with --containers: the OCI layout contrast-build-images wrote (default: build one"
-        " into the work directory)",
+        help="with --containers or --kubernetes: the OCI layout contrast-build-images wrote"
+        " (default: build one into the work directory)",
     )  # fmt: skip
+    parser.add_argument(
+        "--kubernetes", type=Path, metavar="CLUSTER_DIR",
+        help="instead: deploy examples/mesh-app as a user does on the running cluster of"
+        " `scripts/cluster.sh up CLUSTER_DIR` with the emulated runtime installed"
+        " (`cluster.sh install-runtime`), set, verify, talk mutual TLS and update it; from a"
+        " source checkout, as root",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", action="store_true", help="with --kubernetes: keep the demo's namespace"
+    )
     parser.set_defaults(run=run)
 
 
 def run(arguments: argparse.Namespace) -> int:
     workdir = arguments.workdir or Path(tempfile.mkdtemp(prefix="contrast-demo-"))
     images = None
+    if arguments.kubernetes is not None:
+        from contrast.local.kubedemo import run_kubernetes_demo  # noqa: PLC0415 - only here
+
+        images = arguments.images or _build_images(workdir / "images")
+        run_kubernetes_demo(arguments.kubernetes, workdir, images, keep=arguments.keep)
+        return 0
     if arguments.containers:
         images = arguments.images or _build_images(workdir / "images")
     elif arguments.images is not None:
