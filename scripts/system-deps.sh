@@ -6,7 +6,8 @@
 # images' root file system), skopeo (pushes them to the registry), umoci (reads our OCI layout as a
 # second, independent implementation); for the test cluster (scripts/cluster.sh): the CNI plugins,
 # iptables (kube-proxy), curl, and busybox-static (the userland of its smoke test's pod image); for
-# the emulated runtime's tests, iproute2 (a pod's network namespace). Only missing commands are
+# the emulated runtime's tests, iproute2 (a pod's network namespace); qemu-system-x86 (the KVM guest
+# with a Debian kernel that opens the encrypted volume, tests/kvmguest). Only missing commands are
 # installed; needs root for apt-get.
 set -euo pipefail
 declare -A packages=(
@@ -24,6 +25,7 @@ declare -A packages=(
     [curl]=curl
     [busybox]=busybox-static
     [ip]=iproute2
+    [qemu-system-x86_64]=qemu-system-x86
 )
 missing=()
 for command in "${!packages[@]}"; do
