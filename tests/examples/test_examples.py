@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -29,93 +28,15 @@ from contrast.cli.policy import load_policy_text
 from contrast.kuberesource.inject import INITIALIZER_NAME, SERVICE_MESH_NAME
 from contrast.kuberesource.release import INITIALIZER_IMAGE, SERVICE_MESH_IMAGE
 from contrast.policy.initdata import ANNOTATION
-from tests.generate.conftest import GROUP, GenerateWorkspace, reference_values_file
-from tests.images import imagebuild
+from tests.examples.conftest import EXAMPLES, IMAGES, MIRROR, generated, replacements_file
+from tests.generate.conftest import GenerateWorkspace
 from tests.local.kata_shim import create_container_request
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
-MIRROR = "registry.test:5000/contrast-examples"
-EMOJIVOTO = "docker.io/buoyantio/emojivoto-{}:v11@sha256:{}"
-MYSQL = (
-    "docker.io/library/mysql:9.1.0"
-    "@sha256:0255b469f0135a0236d672d60e3154ae2f4538b146744966d96440318cc822c6"
-)
-OPENBAO = "quay.io/openbao/openbao:2.2.0"
-# Upstream image -> (stand-in name, its entrypoint); the stand-ins are the test's own.
-IMAGES = {
-    EMOJIVOTO.format(
-        "emoji-svc", "957949355653776b65fafc2ee22f737cd21e090d4ace63f3b99f6e16976f0458"
-    ): ("emoji-svc:v11", ["/usr/local/bin/emojivoto-emoji-svc"]),
-    EMOJIVOTO.format(
-        "voting-svc", "a57ac67af7a5b05988a38b49568eca6a078ef27a71c148c44c9db4efb1dac58b"
-    ): ("voting-svc:v11", ["/usr/local/bin/emojivoto-voting-svc"]),
-    EMOJIVOTO.format("web", "d21f9fdb794f754b076344ce01c4858c499617c952cc6a941ac3cefbf5ccedfd"): (
-        "web:v11",
-        ["/usr/local/bin/emojivoto-web"],
-    ),
-    MYSQL: ("mariadb:10.11", ["/usr/local/bin/docker-entrypoint.sh", "mysqld"]),
-    OPENBAO: ("openbao:2.2.0", ["/usr/local/bin/docker-entrypoint.sh", "server", "-dev"]),
-}
-PASSWD = "root:x:0:0:root:/root:/bin/sh\nmysql:x:999:999::/var/lib/mysql:/bin/false\n"
 PODS = {
     "emojivoto": ("emoji", "voting", "web", "vote-bot"),
     "mysql": ("mysql-backend", "mysql-client"),
     "vault": ("vault", "vault-client"),
 }
-
-
-def _stand_in(entrypoint: list[str]) -> imagebuild.Image:
-    layer = imagebuild.layer(
-        [
-            imagebuild.directory("etc/"),
-            imagebuild.file("etc/passwd", PASSWD),
-            imagebuild.file("etc/group", GROUP),
-            imagebuild.file("bin/sh", "#!/bin/sh\n"),
-            imagebuild.file(entrypoint[0].lstrip("/"), "#!/bin/sh\n"),
-        ]
-    )
-    config = {
-        "Entrypoint": entrypoint[:1],
-        "Cmd": entrypoint[1:] or None,
-        "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-        "WorkingDir": "/",
-    }
-    return imagebuild.image([layer], config)
-
-
-@pytest.fixture(scope="module")
-def layout(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("example-images")
-    imagebuild.write_layout(
-        path,
-        [(_stand_in(entry), f"{MIRROR}/{name}") for name, entry in IMAGES.values()],
-    )
-    return path
-
-
-@pytest.fixture
-def workspace(tmp_path: Path, layout: Path) -> GenerateWorkspace:
-    return GenerateWorkspace(
-        root=tmp_path / "workspace",
-        layout=layout,
-        reference_values=reference_values_file(tmp_path / "reference-values.json"),
-    )
-
-
-def _replacements(path: Path) -> Path:
-    lines = [f"{image}={MIRROR}/{name}" for image, (name, _) in IMAGES.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
-
-
-def _generated(workspace: GenerateWorkspace, example: str, *flags: str) -> int:
-    shutil.copytree(EXAMPLES / example, workspace.resources, dirs_exist_ok=True)
-    workspace.add_coordinator("emulated-snp")
-    replacements = _replacements(workspace.root.parent / "replacements.txt")
-    return workspace.generate(
-        "--reference-values", "emulated-snp", "--image-replacements", str(replacements),
-        *flags, str(workspace.resources),
-    )  # fmt: skip
 
 
 def _workloads(workspace: GenerateWorkspace, example: str) -> dict[str, dict[str, Any]]:
@@ -141,7 +62,7 @@ def test_the_examples_are_valid_kubernetes_as_written(example: str) -> None:
 def test_each_example_generates_with_the_images_replaced(
     workspace: GenerateWorkspace, example: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _generated(workspace, example) == 0, capsys.readouterr().err
+    assert generated(workspace, example) == 0, capsys.readouterr().err
     text = (workspace.resources / f"{example}.yml").read_text()
     workloads = _workloads(workspace, example)
     assert set(workloads) == set(PODS[example])
@@ -163,7 +84,7 @@ def test_each_example_generates_with_the_images_replaced(
 def test_emojivoto_gets_the_mesh_its_annotations_ask_for(
     workspace: GenerateWorkspace, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _generated(workspace, "emojivoto") == 0, capsys.readouterr().err
+    assert generated(workspace, "emojivoto") == 0, capsys.readouterr().err
     workloads = _workloads(workspace, "emojivoto")
     for name in PODS["emojivoto"]:
         sidecar = _containers(workloads[name])[SERVICE_MESH_NAME]
@@ -183,7 +104,7 @@ def test_emojivoto_gets_the_mesh_its_annotations_ask_for(
 def test_the_databases_get_the_encrypted_volume(
     workspace: GenerateWorkspace, example: str, pod: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _generated(workspace, example) == 0, capsys.readouterr().err
+    assert generated(workspace, example) == 0, capsys.readouterr().err
     initializer = _containers(_workloads(workspace, example)[pod])[INITIALIZER_NAME]
     assert initializer["volumeDevices"] == [{"name": "state", "devicePath": "/dev/csi0"}]
     assert {"name": "CRYPTSETUP_DEVICE", "value": "/dev/csi0"} in initializer["env"]
@@ -210,7 +131,7 @@ def _allowed(path: Path, pod: str, request: dict[str, Any], tmp_path: Path) -> b
 def test_the_vault_unseals_with_its_workload_secret_id_and_its_config_is_in_the_policy(
     workspace: GenerateWorkspace, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert _generated(workspace, "vault") == 0, capsys.readouterr().err
+    assert generated(workspace, "vault") == 0, capsys.readouterr().err
     entries = workspace.manifest()["Policies"].values()
     # The transit key name of its seal stanza is its workload secret ID.
     vault_entries = [e for e in entries if e.get("WorkloadSecretID") == "vault_unsealing"]
@@ -266,7 +187,7 @@ def test_a_misspelt_annotation_in_an_example_fails_in_one_line(
     workspace.resources.mkdir(parents=True)
     misspelt = source.replace(key, key.replace(annotation, annotation + "s"), 1)
     (workspace.resources / f"{example}.yml").write_text(misspelt)
-    replacements = _replacements(workspace.root.parent / "replacements.txt")
+    replacements = replacements_file(workspace.root.parent / "replacements.txt")
     workspace.add_coordinator("emulated-snp")
     capsys.readouterr()
     code = workspace.generate("--reference-values", "emulated-snp", "--image-replacements",
