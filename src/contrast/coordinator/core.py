@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -139,6 +139,28 @@ def stored_state_error(
             hint="the Coordinator's state was altered or lost; restore its volume from a backup",
         )
     return StateUnavailable(f"the stored history cannot be used: {error.explain()}")
+
+
+def _new_seed(manifest: Manifest) -> tuple[SeedEngine, SeedShareDocument]:
+    """A new seed for the first manifest, shared among its seed share owners."""
+    seed = SeedEngine.generate()
+    owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
+    shares = SeedShareDocument.create(
+        seed.seed, seed.salt, owners, threshold=manifest.seedshare_threshold
+    )
+    return seed, shares
+
+
+def _check_seed_kept(current: Manifest, update: Manifest) -> None:
+    """Refuse an update that changes who holds the seed: the shares already handed out stay."""
+    if update.seedshare_owner_pub_keys != current.seedshare_owner_pub_keys:
+        raise PermissionDenied(
+            "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
+        )
+    if update.seedshare_threshold != current.seedshare_threshold:
+        raise PermissionDenied(
+            "an update cannot change SeedshareThreshold: the seed is already shared"
+        )
 
 
 class Coordinator:
@@ -354,47 +376,15 @@ class Coordinator:
                 )
             manifest, verifier, documents = self._read_request(manifest_bytes, policies)
             generation: int | None
+            shares: SeedShareDocument | None
             if state is None:
-                seed = SeedEngine.generate()
-                owners = [load_public_key_hex(key) for key in manifest.seedshare_owner_pub_keys]
-                shares: SeedShareDocument | None = SeedShareDocument.create(
-                    seed.seed, seed.salt, owners, threshold=manifest.seedshare_threshold
-                )
-                expected_latest, previous, generation = None, ZERO_HASH, 1
+                seed, shares = _new_seed(manifest)
+                generation = 1
             else:
-                if manifest.seedshare_owner_pub_keys != state.manifest.seedshare_owner_pub_keys:
-                    raise PermissionDenied(
-                        "an update cannot change SeedshareOwnerPubKeys: the seed is already shared"
-                    )
-                if manifest.seedshare_threshold != state.manifest.seedshare_threshold:
-                    raise PermissionDenied(
-                        "an update cannot change SeedshareThreshold: the seed is already shared"
-                    )
+                _check_seed_kept(state.manifest, manifest)
                 seed, shares = state.seed, None
-                expected_latest = state.latest
-                previous = state.latest.transition_hash
                 generation = None if state.generation is None else state.generation + 1
-            try:
-                self._history.put_policies(
-                    digest(manifest_bytes),
-                    {bytes.fromhex(h): documents[h] for h in manifest.policies},
-                    follows=None if state is None else digest(state.manifest_bytes),
-                )
-                manifest_hash = self._history.put_manifest(manifest_bytes)
-                transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
-                authority = self._authority_for(seed, transition_hash)
-                latest = self._history.set_latest(
-                    expected_latest, transition_hash, seed.transaction_signing_key
-                )
-            except ConcurrentUpdate:
-                if state is None:
-                    self._recovering = True  # another replica set the first manifest
-                raise Conflict(
-                    "the manifest changed concurrently (set through another Coordinator replica)",
-                    hint="run contrast verify to see the current manifest, then set again",
-                ) from None
-            except HistoryError as error:
-                raise stored_state_error(error) from None
+            latest, authority = self._store(state, manifest, manifest_bytes, documents, seed)
             self._state = self._activate(
                 seed,
                 manifest,
@@ -406,6 +396,45 @@ class Coordinator:
             )
             authority = self._state.authority
         return SetManifestResult(authority.root_pem, authority.mesh_ca_pem, shares)
+
+    def _store(
+        self,
+        state: State | None,
+        manifest: Manifest,
+        manifest_bytes: bytes,
+        documents: Mapping[str, bytes],
+        seed: SeedEngine,
+    ) -> tuple[LatestTransition, CertificateAuthority]:
+        """Write the manifest, its policies and its transition to the history, then make it latest.
+
+        The latest pointer moves only if it is still `state`'s (compare and swap): a manifest set
+        through another replica meanwhile is a conflict, and when that was the first manifest
+        this replica turns to recovery, since it holds no seed for it.
+        """
+        expected_latest = None if state is None else state.latest
+        previous = ZERO_HASH if state is None else state.latest.transition_hash
+        try:
+            self._history.put_policies(
+                digest(manifest_bytes),
+                {bytes.fromhex(h): documents[h] for h in manifest.policies},
+                follows=None if state is None else digest(state.manifest_bytes),
+            )
+            manifest_hash = self._history.put_manifest(manifest_bytes)
+            transition_hash = self._history.put_transition(Transition(manifest_hash, previous))
+            authority = self._authority_for(seed, transition_hash)
+            latest = self._history.set_latest(
+                expected_latest, transition_hash, seed.transaction_signing_key
+            )
+        except ConcurrentUpdate:
+            if state is None:
+                self._recovering = True  # another replica set the first manifest
+            raise Conflict(
+                "the manifest changed concurrently (set through another Coordinator replica)",
+                hint="run contrast verify to see the current manifest, then set again",
+            ) from None
+        except HistoryError as error:
+            raise stored_state_error(error) from None
+        return latest, authority
 
     def _recovery_hint(self, manifest_bytes: bytes, previous_transition_hash: bytes) -> str:
         """What to do, and for a first manifest that the stored history starts with, why.
