@@ -27,9 +27,8 @@ from contrast.atls.reportdata import NONCE_SIZE, report_data
 from contrast.attestation.errors import AttestationError
 from contrast.coordinator import handover
 from contrast.coordinator.core import Coordinator, Mode
-from contrast.coordinator.errors import InvalidRequest
+from contrast.coordinator.errors import CoordinatorPackageError, InvalidRequest
 from contrast.coordinator.status import DeliberateStatus
-from contrast.errors import ContrastError
 from contrast.logs import LogThrottle, describe_exception
 
 log = logging.getLogger(__name__)
@@ -115,7 +114,8 @@ class MeshApi:
         certificate = self._coordinator.new_mesh_certificate(
             request.Nonce, request.PublicKey, evidence
         )
-        log.info("issued a mesh certificate to %s", context.peer())
+        if log.isEnabledFor(logging.DEBUG):  # the peer's address costs gRPC a lookup per call
+            log.debug("issued a mesh certificate to %s", context.peer())
         return meshapi_pb2.NewMeshCertResponse(
             MeshCACert=certificate.mesh_ca,
             CertChain=certificate.cert_chain,
@@ -142,7 +142,7 @@ class MeshApi:
         return meshapi_pb2.RecoverResponse(Sealed=sealed, Evidence=evidence_to_proto(proof))
 
 
-class CannotListen(ContrastError):
+class CannotListen(CoordinatorPackageError):
     """An address the Coordinator should serve on is taken or not ours."""
 
 
@@ -153,6 +153,23 @@ def _listen(server: grpc.Server, address: str, credentials: grpc.ServerCredentia
         raise CannotListen(
             f"cannot listen on {address}", hint="is another process using the port?"
         ) from None
+
+
+def mesh_api_server(
+    coordinator: Coordinator, issuer: Issuer, identity: TlsIdentity, address: str
+) -> tuple[grpc.Server, int]:
+    """The mesh API's gRPC server on `address` (not started), and the port it got.
+
+    gRPC sets SO_REUSEPORT on its sockets, so worker processes (`contrast.coordinator.workers`)
+    can listen on the same port with the same identity, and the kernel spreads the connections.
+    """
+    credentials = grpc.ssl_server_credentials([(identity.key_pem, identity.certificate_pem)])
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=8),
+        interceptors=[DeliberateStatus(coordinator.metrics)],
+    )
+    server.add_generic_rpc_handlers([services.mesh_api_handler(MeshApi(coordinator, issuer))])
+    return server, _listen(server, address, credentials)
 
 
 @dataclass(frozen=True)
@@ -187,14 +204,10 @@ class CoordinatorServer:
         self._user.add_generic_rpc_handlers(
             [services.user_api_handler(UserApi(coordinator, identity, issuer))]
         )
-        self._mesh = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=8), interceptors=interceptors
-        )
-        self._mesh.add_generic_rpc_handlers(
-            [services.mesh_api_handler(MeshApi(coordinator, issuer))]
-        )
         user_port = _listen(self._user, f"{host}:{ports.user_api}", credentials)
-        mesh_port = _listen(self._mesh, f"{host}:{ports.mesh_api}", credentials)
+        self._mesh, mesh_port = mesh_api_server(
+            coordinator, issuer, identity, f"{host}:{ports.mesh_api}"
+        )
         try:
             self._http = _HttpServer((host, ports.http), _http_handler(coordinator, started))
         except OSError as error:

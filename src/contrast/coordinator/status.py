@@ -27,7 +27,7 @@ from typing import Any
 import grpc
 
 from contrast.attestation.errors import AttestationError, EvidenceUnavailable
-from contrast.coordinator.errors import CoordinatorError
+from contrast.coordinator.errors import CoordinatorError, CoordinatorPackageError
 from contrast.coordinator.metrics import CoordinatorMetrics
 from contrast.logs import LogThrottle, clip, describe_exception
 
@@ -56,7 +56,7 @@ def refusal_for(error: Exception) -> Refusal | None:
     return None
 
 
-class RequestNotParsed(Exception):
+class RequestNotParsed(CoordinatorPackageError):
     """The request bytes are not the method's message (raised and answered inside the guard)."""
 
 
@@ -70,6 +70,7 @@ class DeliberateStatus(grpc.ServerInterceptor):
         self._metrics = metrics
         self._throttle = throttle if throttle is not None else LogThrottle()
         self._guarded: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], Any]] = {}
+        self._counters: dict[tuple[str, str, grpc.StatusCode], Any] = {}
 
     def intercept_service(
         self,
@@ -158,9 +159,13 @@ class DeliberateStatus(grpc.ServerInterceptor):
         return Refusal(grpc.StatusCode.INTERNAL, f"internal error (incident {incident})")
 
     def _count(self, service: str, method: str, code: grpc.StatusCode) -> None:
-        self._metrics.rpcs_handled.labels(
-            grpc_type="unary", grpc_service=service, grpc_method=method, grpc_code=code.name
-        ).inc()
+        key = (service, method, code)
+        counter = self._counters.get(key)
+        if counter is None:  # prometheus' label lookup costs more than the increment
+            counter = self._counters[key] = self._metrics.rpcs_handled.labels(
+                grpc_type="unary", grpc_service=service, grpc_method=method, grpc_code=code.name
+            )
+        counter.inc()
 
 
 def _parse(raw: bytes, deserializer: Callable[[bytes], Any] | None) -> Any:
