@@ -18,8 +18,11 @@ The floor, measured in this process between the rounds: the Coordinator's own wo
 evidence made outside the clock: the same checks, the same libraries, no gRPC), and one raw
 P-384 signature check, the largest single step of it. Both are CPU time of the calling thread.
 
+With `--workers NAME=N`, tree NAME's Coordinator runs N mesh API worker processes on its port
+(`contrast coordinator --mesh-workers N`); their CPU is counted with the Coordinator's.
+
 Run: `.venv/bin/python bench/bench_meshcert_cpu.py [CLIENTS] [SECONDS] [ROUNDS] [--before SRC]
-[--tree NAME=SRC ...]`
+[--tree NAME=SRC ...] [--workers NAME=N ...]`
 (default 64 clients, 8 s, 3 rounds).
 """
 
@@ -152,25 +155,30 @@ def load(processes: list[subprocess.Popen[str]], index: int, pid: int, seconds: 
 
 
 @contextmanager
-def coordinator_from(src: str) -> Iterator[tuple[str, int, Path]]:
-    """A Coordinator process running `src`'s code with the demo's manifest: target, pid, TEE."""
+def coordinator_from(src: str, workers: int) -> Iterator[tuple[str, int, Path]]:
+    """A Coordinator process running `src`'s code with the demo's manifest and `workers` mesh
+    API workers serving: target, pid, the demo's state directory."""
     sys.path.insert(0, str(REPO / "bench"))
     from replicas import replicas_with_manifest  # noqa: PLC0415
 
-    saved = os.environ.get("PYTHONPATH")
+    saved = dict(os.environ)
     os.environ["PYTHONPATH"] = src
+    if workers:
+        os.environ["CONTRAST_MESH_WORKERS"] = str(workers)
     try:
         with replicas_with_manifest(1) as demo:
-            if saved is None:
-                del os.environ["PYTHONPATH"]
-            else:
-                os.environ["PYTHONPATH"] = saved
+            os.environ.clear()
+            os.environ.update(saved)
+            log = demo.coordinators[0].log
+            deadline = time.monotonic() + 300
+            while log.read_text().count("serving on port") < workers:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"the mesh API workers did not start: see {log}")
+                time.sleep(0.5)
             yield f"127.0.0.1:{demo.replicas[0].mesh}", demo.coordinators[0].popen.pid, demo.state
     finally:
-        if saved is not None:
-            os.environ["PYTHONPATH"] = saved
-        else:
-            os.environ.pop("PYTHONPATH", None)
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 class Floor:
@@ -231,6 +239,12 @@ def main(argv: list[str]) -> int:
         client([(target, tee) for target, tee in json.loads(argv[1])], argv[2])
         return 0
     trees = {"this tree": str(REPO / "src")}
+    workers: dict[str, int] = {}
+    while "--workers" in argv:  # --workers NAME=N: that tree's Coordinator with N mesh workers
+        at = argv.index("--workers")
+        name, _, count = argv[at + 1].rpartition("=")
+        workers[name] = int(count)
+        del argv[at : at + 2]
     while "--before" in argv or "--tree" in argv:  # --before SRC, or --tree NAME=SRC (repeatable)
         at = argv.index("--before") if "--before" in argv else argv.index("--tree")
         name, _, src = (
@@ -244,7 +258,10 @@ def main(argv: list[str]) -> int:
     from contrast.local.demo import SERVER  # noqa: PLC0415
 
     with ExitStack() as stack, tempfile.TemporaryDirectory() as directory:
-        servers = [stack.enter_context(coordinator_from(src)) for src in trees.values()]
+        servers = [
+            stack.enter_context(coordinator_from(src, workers.get(name, 0)))
+            for name, src in trees.items()
+        ]
         targets = [(target, str(state / "tee")) for target, _, state in servers]
         processes = []
         for _ in range(clients):

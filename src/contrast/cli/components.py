@@ -22,6 +22,7 @@ from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.peers import DEFAULT_INTERVAL, PeerRecovery, PeerSources
 from contrast.coordinator.server import CannotListen, CoordinatorServer, Ports
 from contrast.coordinator.transit.server import TransitServer
+from contrast.coordinator.workers import MeshWorkers, worker_config
 from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend, open_store
 from contrast.history.history import History
@@ -79,6 +80,11 @@ def register(commands: Any) -> None:
     coordinator.add_argument("--user-api-port", type=int, default=1313)
     coordinator.add_argument("--mesh-api-port", type=int, default=7777)
     coordinator.add_argument("--http-port", type=int, default=9102, help="metrics and probes")
+    coordinator.add_argument(
+        "--mesh-workers", type=int, default=int(os.environ.get("CONTRAST_MESH_WORKERS", "0")),
+        metavar="N", help="N more processes serving the mesh API on its port once ready, for"
+        " certificates on more cores (env CONTRAST_MESH_WORKERS; default: 0)",
+    )  # fmt: skip
     coordinator.add_argument(
         "--transit-port", type=int, default=8200, help="the transit engine (Vault auto-unseal)"
     )
@@ -179,10 +185,11 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         now=utc_now,
         interval=arguments.peer_interval,
     )
+    identity = TlsIdentity.generate(now=utc_now())
     server = CoordinatorServer(
         coordinator,
         issuer,
-        TlsIdentity.generate(now=utc_now()),
+        identity,
         host=arguments.listen,
         ports=Ports(arguments.user_api_port, arguments.mesh_api_port, arguments.http_port),
         started=peers.first_attempt_done.is_set,
@@ -193,8 +200,15 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         )
     except OSError as error:
         raise CannotListen(f"cannot listen on port {arguments.transit_port}: {error}") from None
+    workers = MeshWorkers(
+        coordinator,
+        identity,
+        worker_config(arguments, server.ports.mesh_api),
+        arguments.mesh_workers,
+    )
     server.start()
     transit.start()
+    workers.start()
     log.info(
         "Coordinator started in mode %r: user API %s, mesh API %s, HTTP %s, transit %s",
         str(coordinator.mode),
@@ -207,6 +221,7 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
         log.info("stopping on signal %s", signum)
         peers.stop()
         transit.stop()
+        workers.stop()
         server.stop()
 
     signal.signal(signal.SIGTERM, stop)
