@@ -137,6 +137,38 @@ start() {
     echo "$name" >>"$DIR/started"
 }
 
+# The cluster's mount namespace (made by up: mount_namespace), where containerd and the kubelet run
+# and so every pod's mounts are made.
+mount_ns() {
+    echo "$DIR/mnt/ns"
+}
+
+# Starts NAME as start does, inside the cluster's mount namespace as well.
+start_in_node() {
+    local name=$1
+    shift
+    setsid nsenter --mount="$(mount_ns)" --net="/run/netns/$NETNS" -- "$@" >"$DIR/logs/$name.log" 2>&1 </dev/null &
+    echo $! >"$DIR/$name.pid"
+    echo "$name" >>"$DIR/started"
+}
+
+# A mount namespace of the cluster's own for containerd and the kubelet, a slave of the host's
+# (what the host mounts shows in it, nothing it mounts shows on the host), pinned by a file in DIR.
+# In it the node's log folders are the cluster's: /var/log/pods is DIR/pod-logs and
+# /var/log/containers DIR/container-logs. The kubelet keeps pod logs in /var/log/pods, as on a
+# node, since every policy pins a sandbox's log directory there; and a kubelet removes every
+# folder in its pod log directory that is not one of its own pods, so two clusters of this
+# machine may not share the host's. down unmounts it with the rest under DIR.
+mount_namespace() {
+    mkdir -p "$DIR/mnt" "$DIR/pod-logs" "$DIR/container-logs" /var/log/pods /var/log/containers
+    mount --bind "$DIR/mnt" "$DIR/mnt"
+    mount --make-private "$DIR/mnt"
+    touch "$(mount_ns)"
+    unshare --mount="$(mount_ns)" --propagation slave true || die "unshare of a mount namespace failed"
+    nsenter --mount="$(mount_ns)" -- mount --bind "$DIR/pod-logs" /var/log/pods
+    nsenter --mount="$(mount_ns)" -- mount --bind "$DIR/container-logs" /var/log/containers
+}
+
 failed() {
     local name=$1
     shift
@@ -506,6 +538,7 @@ up() {
     network
     pki
     configs "$cgroup"
+    mount_namespace
     local hierarchy
     for hierarchy in /sys/fs/cgroup/*/; do
         [ "$hierarchy" = /sys/fs/cgroup/unified/ ] || mkdir -p "$hierarchy$cgroup"
@@ -519,7 +552,7 @@ up() {
         --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
         --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
         --initial-cluster contrast=http://127.0.0.1:2380 --log-level warn --unsafe-no-fsync
-    start containerd containerd --config "$DIR/containerd/config.toml"
+    start_in_node containerd containerd --config "$DIR/containerd/config.toml"
     start registry docker-registry serve "$DIR/registry/config.yml"
     wait_for etcd 30 inns curl -sf http://127.0.0.1:2379/health
     local pki=$DIR/pki
@@ -548,7 +581,7 @@ up() {
     start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$DIR/scheduler.kubeconfig" \
         --authentication-kubeconfig "$DIR/scheduler.kubeconfig" --authorization-kubeconfig "$DIR/scheduler.kubeconfig" \
         --bind-address 127.0.0.1 --leader-elect=false --profiling=false
-    start kubelet "$bin/kubelet" --config "$DIR/kubelet/config.yaml" --kubeconfig "$DIR/kubelet.kubeconfig" \
+    start_in_node kubelet "$bin/kubelet" --config "$DIR/kubelet/config.yaml" --kubeconfig "$DIR/kubelet.kubeconfig" \
         --root-dir "$DIR/kubelet" --hostname-override "$NODE_NAME" --node-ip "$NODE_IP"
     start kube-proxy "$bin/kube-proxy" --config "$DIR/kube-proxy.yaml"
     "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" apply -f "$DIR/system.yaml" >"$DIR/logs/system.log" 2>&1 ||
@@ -597,7 +630,7 @@ install_runtime() {
         failed "$log" "contrast node-installer failed"
     # The policy a pod is generated with expects its network namespace where containerd keeps it on
     # a node (/var/run/netns/cni-<uuid>, as every Kata policy does), not under our state folder; down
-    # removes the ones of this cluster's pods (outside_of_pods).
+    # removes the ones of this cluster's pods (netns_of_pods).
     local restart=
     if grep -q '^  netns_mounts_under_state_dir = true$' "$DIR/containerd/config.toml"; then
         sed -i 's/^  netns_mounts_under_state_dir = true$/  netns_mounts_under_state_dir = false/' "$DIR/containerd/config.toml"
@@ -610,7 +643,7 @@ install_runtime() {
         pid=$(cat "$DIR/containerd.pid")
         if ours "$pid"; then stop_pid "$pid"; fi
         cat "$DIR/logs/containerd.log" >>"$DIR/logs/containerd.before-restart.log" 2>/dev/null || true
-        start containerd containerd --config "$DIR/containerd/config.toml"
+        start_in_node containerd containerd --config "$DIR/containerd/config.toml"
         wait_for containerd 30 ctr --address "$DIR/containerd/containerd.sock" version
         wait_for kubelet 90 "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" wait --for=condition=Ready \
             --timeout=2s "node/$NODE_NAME"
@@ -648,23 +681,17 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-# What this cluster's pods have outside DIR, as the sandboxes' specs name it, while containerd
-# answers (nothing otherwise): "netns PATH" for their network namespace files (install-runtime
-# puts them in /var/run/netns) and "logs PATH" for their log folders in /var/log/pods (the
-# kubelet's podLogsDir is a node's, which every policy's sandbox-log-directory expects).
-outside_of_pods() {
+# The network namespace files of this cluster's pods that are not under DIR (the sandboxes' specs
+# name them), while containerd answers; nothing otherwise.
+netns_of_pods() {
     local socket=$DIR/containerd/containerd.sock id
     [ -S "$socket" ] || return 0
     for id in $(timeout 10 ctr --address "$socket" -n k8s.io containers ls -q 2>/dev/null || true); do
         timeout 10 ctr --address "$socket" -n k8s.io containers info "$id" 2>/dev/null |
             python3 -c 'import json, sys
-spec = json.load(sys.stdin).get("Spec", {})
-for n in spec.get("linux", {}).get("namespaces", []):
+for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces", []):
     if n.get("type") == "network" and n.get("path", "").startswith(("/var/run/netns/cni-", "/run/netns/cni-")):
-        print("netns", n["path"])
-logs = spec.get("annotations", {}).get("io.kubernetes.cri.sandbox-log-directory", "")
-if logs.startswith("/var/log/pods/") and "/" not in logs[len("/var/log/pods/"):] and ".." not in logs:
-    print("logs", logs)' 2>/dev/null || true
+        print(n["path"])' 2>/dev/null || true
     done | sort -u
 }
 
@@ -672,11 +699,10 @@ down() {
     [ "$(id -u)" -eq 0 ] || die "down needs root"
     [ -d "$DIR" ] || return 0
     DIR=$(cd "$DIR" && pwd)
-    local name pid outside netns logs
-    # The pods' network namespaces and log folders outside DIR, asked of containerd while it runs.
-    outside=$(outside_of_pods)
-    netns=$(awk '$1 == "netns" { print $2 }' <<<"$outside")
-    logs=$(awk '$1 == "logs" { print $2 }' <<<"$outside")
+    local name pid netns
+    # The pods' network namespaces outside DIR (install-runtime puts them in /var/run/netns), asked
+    # of containerd while it runs.
+    netns=$(netns_of_pods)
     # kubelet first, so that it does not restart what is stopped after it.
     for name in kubelet kube-proxy coredns kube-scheduler kube-controller-manager kube-apiserver registry etcd containerd; do
         pid=$(cat "$DIR/$name.pid" 2>/dev/null) || continue
@@ -731,10 +757,6 @@ down() {
         ip link del "kc$slot-host" 2>/dev/null || true
         rm -f /var/lib/cni/results/contrast-kc"$slot"-* 2>/dev/null || true
     fi
-    for target in $logs; do
-        find /var/log/containers -maxdepth 1 -type l -lname "$target/*" -delete 2>/dev/null || true
-        rm -rf "$target"
-    done
     # What was made in DIR, except the logs (they tell why an up failed).
     find "$DIR" -mindepth 1 -maxdepth 1 ! -name logs -exec rm -rf {} + 2>/dev/null || true
 }

@@ -163,8 +163,17 @@ def _cgroup_pids(cgroup: str) -> set[int]:
 
 
 def _mounts_under(directory: Path) -> list[str]:
-    mountinfo = Path("/proc/self/mountinfo").read_text().splitlines()
-    return [line.split()[4] for line in mountinfo if line.split()[4].startswith(f"{directory}/")]
+    """Mount points under `directory`, on the host and in the cluster's mount namespace (where
+    containerd and the kubelet mount the pods' volumes), while that namespace is pinned."""
+    tables = [Path("/proc/self/mountinfo").read_text()]
+    pinned = subprocess.run(
+        ["nsenter", f"--mount={directory}/mnt/ns", "cat", "/proc/self/mountinfo"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if pinned.returncode == 0:
+        tables.append(pinned.stdout)
+    points = [line.split()[4] for table in tables for line in table.splitlines()]
+    return sorted({point for point in points if point.startswith(f"{directory}/")})
 
 
 def _shim_sockets(directory: Path) -> list[Path]:
