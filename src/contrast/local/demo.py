@@ -171,7 +171,18 @@ class Demo:
             self.processes.stop_all()
 
     def _run(self) -> None:
+        """The demo's acts in order, each step one line of output."""
         workspace = Workspace(self.workdir)
+        self._deploy(workspace)
+        self._join_the_mesh()
+        with self.step("contrast verify") as details:
+            result = operations.verify(self.target, workspace)
+            details.append(f"{result.directory.name}/ written, active manifest matches")
+        self._restart_replicas()
+        self._recover(workspace)
+
+    def _deploy(self, workspace: Workspace) -> None:
+        """The emulated TEE, the workspace, the replicas, and the manifest set through one."""
         name = "SEV-SNP" if self.tee is TeeKind.EMULATED_SNP else "TDX"
         with self.step(f"emulated {name} ready") as details:
             reference_values = emulated_reference_values(self.tee, self.state / "tee")
@@ -199,6 +210,9 @@ class Demo:
         with self.step("replicas 1 and 2 got the seed from a peer") as details:
             took = self.wait_ready(*everyone_else)
             details.append(f"ready {took:.1f} s later by peer recovery, attested both ways")
+
+    def _join_the_mesh(self) -> None:
+        """Workloads get certificates (a rogue one does not) and talk through their sidecars."""
         for index, workload in enumerate((SERVER, CLIENT)):
             with self.step(f"Initializer of {workload.name!r} got its mesh certificate") as details:
                 code, last = self.run_initializer(workload, replica=index)
@@ -220,9 +234,9 @@ class Demo:
             details.append(self._request_through_mesh())
         with self.step("a client without a mesh certificate is refused") as details:
             details.append(self._probe_without_certificate())
-        with self.step("contrast verify") as details:
-            result = operations.verify(self.target, workspace)
-            details.append(f"{result.directory.name}/ written, active manifest matches")
+
+    def _restart_replicas(self) -> None:
+        """A killed replica rejoins by itself; all of them killed come back in recovery mode."""
         last_replica = REPLICAS - 1
         with self.step(f"replica {last_replica} killed (SIGKILL), restarted, rejoined") as details:
             self.coordinators[last_replica].kill()
@@ -243,6 +257,9 @@ class Demo:
             if modes != {"recovery"}:
                 raise DemoFailed(f"the restarted replicas are in modes {sorted(modes)}")
             details.append("no peer is ready: each comes back in recovery mode")
+
+    def _recover(self, workspace: Workspace) -> None:
+        """Seed share owners recover the Coordinator, and a new workload joins afterwards."""
         owners = (SEEDSHARE_OWNERS[0], SEEDSHARE_OWNERS[2])
         with self.step(
             f"contrast recover (replica 0) with {len(owners)} of {len(SEEDSHARE_OWNERS)} seed"
@@ -260,7 +277,7 @@ class Demo:
                 f" all ready {took:.1f} s later"
             )
         with self.step(f"a new workload {LATE.name!r} joins after the recovery") as details:
-            code, last = self.run_initializer(LATE, replica=last_replica)
+            code, last = self.run_initializer(LATE, replica=REPLICAS - 1)
             if code != 0:
                 raise DemoFailed(f"the Initializer exited with {code}: {last}")
             details.append(self._chains_to_verified_root(LATE))
