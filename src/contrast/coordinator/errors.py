@@ -1,4 +1,4 @@
-"""Errors the Coordinator returns to its callers; each maps to one gRPC status."""
+"""Errors the Coordinator returns to its callers, each mapped to one gRPC status, and their root."""
 
 from __future__ import annotations
 
@@ -19,7 +19,17 @@ class Status(StrEnum):
     INTERNAL = "INTERNAL"
 
 
-class CoordinatorError(ContrastError):
+class CoordinatorPackageError(ContrastError):
+    """The root of the coordinator package's errors.
+
+    Under it: `CoordinatorError`, a refusal the Coordinator answers a caller with (it carries the
+    gRPC status), and the errors of running the Coordinator itself (a port taken, a peer recovery
+    or a handover that failed, a worker that did not start, the transit engine's refusals), which
+    answer nobody over gRPC. Callers that map refusals catch `CoordinatorError`.
+    """
+
+
+class CoordinatorError(CoordinatorPackageError):
     status = Status.INTERNAL
 
 

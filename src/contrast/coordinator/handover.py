@@ -16,14 +16,13 @@ from google.protobuf.message import DecodeError
 
 from contrast.api import meshapi_pb2
 from contrast.coordinator.core import Handover
-from contrast.coordinator.errors import InvalidRequest
-from contrast.errors import ContrastError
+from contrast.coordinator.errors import CoordinatorPackageError, InvalidRequest
 
 SUITE = hpke.Suite(hpke.KEM.X25519, hpke.KDF.HKDF_SHA256, hpke.AEAD.AES_256_GCM)
 INFO = b"contrast peer recovery v1"
 
 
-class HandoverUnreadable(ContrastError):
+class HandoverUnreadable(CoordinatorPackageError):
     """A sealed handover that does not open with our key for our request, or holds no handover."""
 
 

@@ -39,6 +39,7 @@ from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import NONCE_SIZE, public_key_der, report_data
 from contrast.attestation.errors import AttestationError
 from contrast.coordinator.core import Coordinator, Mode
+from contrast.coordinator.errors import CoordinatorPackageError
 from contrast.coordinator.handover import open_sealed
 from contrast.errors import ContrastError
 from contrast.logs import describe_exception
@@ -51,7 +52,7 @@ DEFAULT_TIMEOUT = 15.0
 MESH_API_PORT = 7777
 
 
-class PeerRecoveryFailed(ContrastError):
+class PeerRecoveryFailed(CoordinatorPackageError):
     """This peer did not hand over the seed (unreachable, not ready, refused, or not attested)."""
 
 

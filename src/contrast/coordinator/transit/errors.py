@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from contrast.errors import ContrastError
+from contrast.coordinator.errors import CoordinatorPackageError
 
 
-class TransitError(ContrastError):
+class TransitError(CoordinatorPackageError):
     """A request the transit engine does not serve; the message goes to the caller."""
 
     status = HTTPStatus.BAD_REQUEST
