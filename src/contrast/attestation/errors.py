@@ -65,7 +65,17 @@ class Reason(StrEnum):
     FETCH_FAILED = "fetch_failed"
 
 
-class AttestationError(ContrastError):
+class AttestationPackageError(ContrastError):
+    """The root of the attestation package's errors.
+
+    Under it: `AttestationError`, evidence refused or not obtained, with the `Reason` a program
+    acts on; and the errors of computing what evidence is compared with (a launch digest, TDX
+    measurements, an event log, reference values), which have no verification reason. Callers
+    that refuse evidence catch `AttestationError`; this root is for those that catch it all.
+    """
+
+
+class AttestationError(AttestationPackageError):
     """Evidence could not be parsed, obtained or accepted."""
 
     def __init__(self, reason: Reason, message: str, *, hint: str | None = None) -> None:

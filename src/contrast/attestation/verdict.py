@@ -14,12 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from contrast.attestation import certificates
-from contrast.attestation.errors import AttestationError, Reason
+from contrast.attestation.errors import AttestationError, AttestationPackageError, Reason
 from contrast.attestation.snp import verify as snp_verify
 from contrast.attestation.snp.report import Product
 from contrast.attestation.snp.trust import GENUINE_AMD_ROOTS, AmdRootStore
 from contrast.attestation.tee import Tee
-from contrast.errors import ContrastError
 
 if TYPE_CHECKING:
     from contrast.attestation.tdx.trust import IntelRootStore
@@ -117,7 +116,7 @@ def emulated_tdx_roots(state_dir: Path) -> IntelRootStore:
 
 def _require_roots(roots: _Roots | None, state_dir: Path, tee: str) -> _Roots:
     if roots is None:
-        raise ContrastError(
+        raise AttestationPackageError(
             f"no emulated {tee} roots in {state_dir}",
             hint="pass the directory the emulated TEE was created in (e.g. WORKDIR/.state/tee)",
         )

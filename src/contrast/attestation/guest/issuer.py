@@ -131,9 +131,9 @@ def issue(
 ) -> GuestEvidence:
     """Evidence over `report_data` (exactly 64 bytes) from the first interface that exists.
 
-    Raises ContrastError for report data of another length, EvidenceUnavailable(NO_TEE) naming
-    every path looked at when there is no TEE interface, and EvidenceUnavailable(ISSUER_FAILED)
-    when an interface exists but fails.
+    Raises AttestationPackageError for report data of another length, EvidenceUnavailable(NO_TEE)
+    naming every path looked at when there is no TEE interface, and
+    EvidenceUnavailable(ISSUER_FAILED) when an interface exists but fails.
     """
     report_data = require_report_data(report_data)
     looked_at: list[str] = []

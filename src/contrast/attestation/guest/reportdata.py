@@ -8,15 +8,15 @@ Contrast binds keys with SHA-512(public key ‖ nonce), which is 64 bytes by con
 
 from __future__ import annotations
 
-from contrast.errors import ContrastError
+from contrast.attestation.errors import AttestationPackageError
 
 REPORT_DATA_SIZE = 64
 
 
 def require_report_data(report_data: bytes) -> bytes:
-    """Return `report_data` as bytes if it is exactly 64 bytes long, else raise ContrastError."""
+    """`report_data` as bytes if it is exactly 64 bytes long, else AttestationPackageError."""
     if len(report_data) != REPORT_DATA_SIZE:
-        raise ContrastError(
+        raise AttestationPackageError(
             f"report data must be exactly {REPORT_DATA_SIZE} bytes, got {len(report_data)}",
             hint="hash what you want to bind (SHA-512 gives 64 bytes) or pad it explicitly",
         )

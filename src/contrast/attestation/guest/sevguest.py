@@ -42,10 +42,9 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from contrast.attestation.errors import EvidenceUnavailable, Reason
+from contrast.attestation.errors import AttestationPackageError, EvidenceUnavailable, Reason
 from contrast.attestation.guest.ioctl import Ioctl, iowr, open_device, system_ioctl
 from contrast.attestation.guest.reportdata import REPORT_DATA_SIZE, require_report_data
-from contrast.errors import ContrastError
 
 DEFAULT_DEVICE = Path("/dev/sev-guest")
 REPORT_SIZE = 0x4A0
@@ -179,7 +178,7 @@ class _CertificateBufferTooSmall(Exception):
 def _report_request(report_data: bytes, vmpl: int) -> SnpReportRequest:
     report_data = require_report_data(report_data)
     if not 0 <= vmpl <= 3:
-        raise ContrastError(f"VMPL must be 0 to 3, got {vmpl}")
+        raise AttestationPackageError(f"VMPL must be 0 to 3, got {vmpl}")
     request = SnpReportRequest()
     ctypes.memmove(request.user_data, report_data, REPORT_DATA_SIZE)
     request.vmpl = vmpl

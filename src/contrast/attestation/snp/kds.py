@@ -37,8 +37,12 @@ from typing import TypeVar
 from cryptography import x509
 
 from contrast.attestation import certificates
-from contrast.attestation.errors import EvidenceUnavailable, MalformedEvidence, Reason
-from contrast.errors import ContrastError
+from contrast.attestation.errors import (
+    AttestationPackageError,
+    EvidenceUnavailable,
+    MalformedEvidence,
+    Reason,
+)
 from contrast.files import write_atomically
 
 log = logging.getLogger(__name__)
@@ -122,9 +126,9 @@ class KdsClient:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         if not base_url.startswith(("https://", "http://")):
-            raise ContrastError(f"the KDS URL must be http(s), got {base_url!r}")
+            raise AttestationPackageError(f"the KDS URL must be http(s), got {base_url!r}")
         if attempts < 1:
-            raise ContrastError(f"attempts must be at least 1, got {attempts}")
+            raise AttestationPackageError(f"attempts must be at least 1, got {attempts}")
         self.cache_dir = cache_dir
         self.base_url = base_url.rstrip("/")
         self.fetch = fetch or UrllibFetch()
@@ -344,7 +348,7 @@ def _status(status: int) -> str:
 
 def _check_product(product: str) -> None:
     if str(product) not in PRODUCTS:
-        raise ContrastError(
+        raise AttestationPackageError(
             f"the AMD KDS serves {', '.join(PRODUCTS)}, not {str(product)!r}",
             hint="name the product as the report's CPUID or the VCEK's productName gives it",
         )
@@ -352,21 +356,23 @@ def _check_product(product: str) -> None:
 
 def _check_key(key: str) -> None:
     if key not in KEY_KINDS:
-        raise ContrastError(f"the KDS key kind is 'vcek' or 'vlek', not {key!r}")
+        raise AttestationPackageError(f"the KDS key kind is 'vcek' or 'vlek', not {key!r}")
 
 
 def _hw_id(product: str, chip_id: bytes) -> bytes:
     """The hwID the KDS files a VCEK under: all of CHIP_ID, or its first 8 bytes on Turin."""
     if product == "Turin":
         if len(chip_id) not in (TURIN_HW_ID_SIZE, CHIP_ID_SIZE):
-            raise ContrastError(
+            raise AttestationPackageError(
                 f"a Turin chip id is {CHIP_ID_SIZE} bytes (or its {TURIN_HW_ID_SIZE}-byte"
                 f" hwID), got {len(chip_id)}"
             )
         hw_id = bytes(chip_id[:TURIN_HW_ID_SIZE])
     else:
         if len(chip_id) != CHIP_ID_SIZE:
-            raise ContrastError(f"a {product} chip id is {CHIP_ID_SIZE} bytes, got {len(chip_id)}")
+            raise AttestationPackageError(
+                f"a {product} chip id is {CHIP_ID_SIZE} bytes, got {len(chip_id)}"
+            )
         hw_id = bytes(chip_id)
     if not any(hw_id):
         raise EvidenceUnavailable(
@@ -392,12 +398,14 @@ def _vcek_path(
     spls = {"blSPL": bootloader, "teeSPL": tee, "snpSPL": snp, "ucodeSPL": microcode}
     if product == "Turin":
         if fmc is None:
-            raise ContrastError("a Turin VCEK is filed under an FMC SPL too: pass fmc")
+            raise AttestationPackageError("a Turin VCEK is filed under an FMC SPL too: pass fmc")
         spls = {"fmcSPL": fmc, **spls}
     elif fmc is not None:
-        raise ContrastError(f"{product} has no FMC SPL (only Turin and later do): pass fmc=None")
+        raise AttestationPackageError(
+            f"{product} has no FMC SPL (only Turin and later do): pass fmc=None"
+        )
     for name, value in spls.items():
         if value not in _SPL_RANGE:
-            raise ContrastError(f"{name} must be 0 to 255, got {value}")
+            raise AttestationPackageError(f"{name} must be 0 to 255, got {value}")
     query = "&".join(f"{name}={value}" for name, value in spls.items())
     return f"/vcek/v1/{product}/{_hw_id(product, chip_id).hex()}?{query}"

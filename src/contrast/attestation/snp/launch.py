@@ -34,8 +34,8 @@ from sevsnpmeasure.sev_mode import SevMode
 from sevsnpmeasure.vmm_types import VMMType
 from sevsnpmeasure.vmsa import VMSA
 
+from contrast.attestation.errors import AttestationPackageError
 from contrast.attestation.snp.report import Product
-from contrast.errors import ContrastError
 
 LAUNCH_DIGEST_SIZE = 48
 # SEV_FEATURES of every VMSA: bit 0 SNPActive only. sev-snp-measure's CLI default (0.0.13), and so
@@ -48,7 +48,7 @@ DEFAULT_VCPU_COUNTS = tuple(range(1, 9))
 DEFAULT_PRODUCTS = (Product.MILAN, Product.GENOA)
 
 
-class LaunchDigestError(ContrastError):
+class LaunchDigestError(AttestationPackageError):
     """The guest image cannot be measured (missing file, OVMF without SEV metadata, ...)."""
 
 

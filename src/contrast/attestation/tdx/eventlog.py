@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.attestation.errors import AttestationPackageError
 
 # ACPI CCEL table (ACPI 6.5 §5.2.34): the 36-byte common header, then these fields.
 ACPI_HEADER_SIZE = 36
@@ -62,7 +62,7 @@ MAX_ALGORITHMS = 16
 MAX_EVENT_SIZE = 16 * 1024 * 1024
 
 
-class EventLogError(ContrastError):
+class EventLogError(AttestationPackageError):
     """An event log or CCEL table that is malformed (truncated, inconsistent sizes, ...)."""
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:

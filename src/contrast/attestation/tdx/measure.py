@@ -40,8 +40,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum, IntEnum
 
+from contrast.attestation.errors import AttestationPackageError
 from contrast.attestation.tdx.eventlog import SHA384_SIZE, extend
-from contrast.errors import ContrastError
 
 PAGE_SIZE = 0x1000
 MR_EXTEND_CHUNK = 0x100
@@ -101,7 +101,7 @@ SEPARATOR = bytes(4)
 INITRD_LOAD_OPTION = " initrd=initrd"
 
 
-class MeasurementError(ContrastError):
+class MeasurementError(AttestationPackageError):
     """A firmware or kernel image that cannot be measured (no TDVF metadata, not a PE, ...)."""
 
 

@@ -17,10 +17,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from contrast.attestation.errors import Reason, ReferenceMismatch
+from contrast.attestation.errors import AttestationPackageError, Reason, ReferenceMismatch
 from contrast.attestation.tdx.tcbstatus import TcbStatus
 from contrast.attestation.tdx.verify import VerifiedQuote
-from contrast.errors import ContrastError
 
 MEASUREMENT_SIZE = 48
 XFAM_SIZE = 8
@@ -34,7 +33,7 @@ CONTRAST_XFAM = bytes.fromhex("e702060000000000")
 SEPT_VE_DISABLE_ONLY = (1 << 28).to_bytes(TD_ATTRIBUTES_SIZE, "little")
 
 
-class InvalidReferenceValues(ContrastError):
+class InvalidReferenceValues(AttestationPackageError):
     """Reference values that cannot be used (wrong sizes, not hex, no MRTD)."""
 
 
