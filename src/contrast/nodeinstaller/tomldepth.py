@@ -23,6 +23,8 @@ import re
 import tomllib
 from typing import Any
 
+from contrast.nodeinstaller.errors import NodeInstallerError
+
 MAX_DEPTH = 64
 
 _TOKEN = re.compile(r'"""|\'\'\'|["\'#\[\]{}.=,\n]')
@@ -31,8 +33,11 @@ _MULTILINE_BASIC = re.compile(r'(?:[^"\\]|\\.|"(?!""))*"""', re.DOTALL)
 _HEADER, _ARRAY_OF_TABLES, _ARRAY, _INLINE = range(4)
 
 
-class TomlTooDeep(ValueError):
-    """The text nests more deeply than `MAX_DEPTH`; the message says so (no file name)."""
+class TomlTooDeep(NodeInstallerError, ValueError):
+    """The text nests more deeply than `MAX_DEPTH`; the message says so (no file name).
+
+    Also a `ValueError`, as `tomllib`'s own refusals are, for callers that catch those.
+    """
 
 
 def check_depth(text: str, limit: int = MAX_DEPTH) -> None:
