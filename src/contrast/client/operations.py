@@ -8,7 +8,7 @@ one named with `--coordinator-policy-hash`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -115,15 +115,66 @@ def set_manifest(
     workload_owner_keys: Sequence[Path] = (),
 ) -> SetResult:
     """Attest the Coordinator, then set the local manifest with the resources' policies."""
-    manifest, manifest_bytes = load_manifest(target.manifest_path)
+    manifest, manifest_bytes = _filled_manifest(target.manifest_path)
+    policies = _matching_policies(manifest, resources, workspace)
+    seen = last_seen(workspace)
+    exchange = _exchange(
+        target,
+        manifest,
+        manifest_bytes,
+        policies,
+        seen=seen,
+        workspace=workspace,
+        workload_owner_keys=workload_owner_keys,
+    )
+    current, response, after = exchange.current, exchange.response, exchange.after
+    head = after.LatestTransition.TransitionHash
+    try:
+        chain = check_history(seen, after.Manifests, head, start=_start(after))
+        replaced = None
+    except RolledBack:
+        if current is not None:
+            raise
+        # A first manifest starts a new history: what the workspace saw belongs to another.
+        seen, replaced = LastSeen(seen.path, None), seen.transition_hash
+        chain = check_history(seen, after.Manifests, head, start=_start(after))
+    written = [
+        workspace.write_public(ROOT_CA, response.RootCA),
+        workspace.write_public(MESH_CA, response.MeshCA),
+        record(workspace, seen, chain),
+    ]
+    kept = None
+    if response.HasField("SeedSharesDoc"):
+        document = seed_shares_from_proto(response.SeedSharesDoc)
+        kept = _keep_previous_seed_shares(workspace, exchange.previous_shares, document.to_json())
+        written.append(workspace.write_private(SEED_SHARES, document.to_json()))
+    return SetResult(
+        first=current is None, written=written, replaced_history=replaced, kept_seed_shares=kept
+    )
+
+
+def _filled_manifest(path: Path) -> tuple[Manifest, bytes]:
+    """The local manifest, refused while it still has reference values to fill in."""
+    manifest, manifest_bytes = load_manifest(path)
     unfilled = manifest.reference_values.unfilled()
     if unfilled:
         raise OperationFailed(
-            f"{target.manifest_path} still has expected-missing reference values:"
-            f" {', '.join(unfilled)}",
+            f"{path} still has expected-missing reference values: {', '.join(unfilled)}",
             hint="fill them in with your hosts' values (contrast generate listed where),"
             " then set again",
         )
+    return manifest, manifest_bytes
+
+
+def _matching_policies(
+    manifest: Manifest, resources: Path, workspace: Workspace
+) -> dict[str, bytes]:
+    """The resources' policies by hash, refused unless they are exactly the manifest's.
+
+    A policy the manifest lists and no resource has, or the other way round, means the two are
+    from different `contrast generate` runs: the Coordinator would admit pods nobody deploys, or
+    refuse the ones deployed.
+    """
     # generate's YAML memo: the documents of the files it wrote, known by their bytes.
     policies = collect_policies(resources, YamlMemo(workspace.path(yamlmemo.FILE)))
     missing = sorted(set(manifest.policies) - set(policies))
@@ -138,7 +189,34 @@ def set_manifest(
             f"a resource under {resources} has policy {unknown[0]}, which the manifest lacks",
             hint="run contrast generate again so that resources and manifest agree",
         )
-    seen = last_seen(workspace)
+    return policies
+
+
+@dataclass(frozen=True)
+class _Exchange:
+    """What `set_manifest` learnt from the Coordinator over one attested connection."""
+
+    current: userapi_pb2.GetManifestsResponse | None  # None: no manifest was set before
+    response: userapi_pb2.SetManifestResponse
+    after: userapi_pb2.GetManifestsResponse  # the history since `seen`, the new manifest last
+    previous_shares: bytes | None  # the workspace's seed shares, read before a first manifest
+
+
+def _exchange(
+    target: Target,
+    manifest: Manifest,
+    manifest_bytes: bytes,
+    policies: Mapping[str, bytes],
+    *,
+    seen: LastSeen,
+    workspace: Workspace,
+    workload_owner_keys: Sequence[Path],
+) -> _Exchange:
+    """Set the manifest: the first one as is, an update signed over the head it follows.
+
+    The history is read before (an update to a rolled-back history is refused here) and after
+    (for the caller to check that it now ends in this manifest).
+    """
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
@@ -169,29 +247,7 @@ def set_manifest(
         after = _call("GetManifests", lambda: client.get_manifests(since=since))
     finally:
         connection.close()
-    head = after.LatestTransition.TransitionHash
-    try:
-        chain = check_history(seen, after.Manifests, head, start=_start(after))
-        replaced = None
-    except RolledBack:
-        if current is not None:
-            raise
-        # A first manifest starts a new history: what the workspace saw belongs to another.
-        seen, replaced = LastSeen(seen.path, None), seen.transition_hash
-        chain = check_history(seen, after.Manifests, head, start=_start(after))
-    written = [
-        workspace.write_public(ROOT_CA, response.RootCA),
-        workspace.write_public(MESH_CA, response.MeshCA),
-        record(workspace, seen, chain),
-    ]
-    kept = None
-    if response.HasField("SeedSharesDoc"):
-        document = seed_shares_from_proto(response.SeedSharesDoc)
-        kept = _keep_previous_seed_shares(workspace, previous_shares, document.to_json())
-        written.append(workspace.write_private(SEED_SHARES, document.to_json()))
-    return SetResult(
-        first=current is None, written=written, replaced_history=replaced, kept_seed_shares=kept
-    )
+    return _Exchange(current, response, after, previous_shares)
 
 
 def _start(history: userapi_pb2.GetManifestsResponse) -> bytes:
