@@ -681,18 +681,27 @@ stop_pid() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
-# The network namespace files of this cluster's pods that are not under DIR (the sandboxes' specs
-# name them), while containerd answers; nothing otherwise.
+# The network namespace files of this cluster's pods that are not under DIR: the ones mounted in
+# the cluster's mount namespace and not on the host (containerd mounts them there), and those the
+# sandboxes' specs name while containerd answers (a cluster made before the mount namespace).
 netns_of_pods() {
-    local socket=$DIR/containerd/containerd.sock id
-    [ -S "$socket" ] || return 0
-    for id in $(timeout 10 ctr --address "$socket" -n k8s.io containers ls -q 2>/dev/null || true); do
-        timeout 10 ctr --address "$socket" -n k8s.io containers info "$id" 2>/dev/null |
-            python3 -c 'import json, sys
+    local socket=$DIR/containerd/containerd.sock id points
+    points='$5 ~ /^\/(var\/)?run\/netns\/cni-/ { print $5 }'
+    {
+        if [ -e "$(mount_ns)" ]; then
+            comm -23 <(nsenter --mount="$(mount_ns)" cat /proc/self/mountinfo 2>/dev/null | awk "$points" | sort -u) \
+                <(awk "$points" /proc/self/mountinfo | sort -u)
+        fi
+        if [ -S "$socket" ]; then
+            for id in $(timeout 10 ctr --address "$socket" -n k8s.io containers ls -q 2>/dev/null || true); do
+                timeout 10 ctr --address "$socket" -n k8s.io containers info "$id" 2>/dev/null |
+                    python3 -c 'import json, sys
 for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces", []):
     if n.get("type") == "network" and n.get("path", "").startswith(("/var/run/netns/cni-", "/run/netns/cni-")):
         print(n["path"])' 2>/dev/null || true
-    done | sort -u
+            done
+        fi
+    } | sort -u
 }
 
 down() {
