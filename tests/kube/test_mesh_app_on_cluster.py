@@ -31,10 +31,7 @@ import hashlib
 import hmac
 import io
 import json
-import os
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -47,13 +44,13 @@ from cryptography.exceptions import InvalidSignature
 
 from contrast.cli.main import main
 from contrast.client.workspace import load_seedshare_owner_key
+from contrast.initializer.files import CERT_CHAIN, KEY
 from contrast.local.kubecluster import KubeError
 from contrast.local.meshprobe import ClientIdentity, ProbeResult, plain_probe, tls_probe
 from contrast.seed.engine import SeedEngine
 from contrast.seed.shares import SeedShareDocument
-from tests.imagebuild.builder import BuiltImages
 from tests.kube import deploy, flow
-from tests.kube.cluster import SCRIPT, Cluster
+from tests.kube.cluster import Cluster, install_emulated_runtime
 
 PLATFORM = "emulated-snp"
 COORDINATOR_SELECTOR = "app.kubernetes.io/name=coordinator"
@@ -89,6 +86,7 @@ class MeshApp:
     resources: Path
     coordinator_image: str  # pushed by digest; the Coordinator's port-forwarder runs it
     app_image: str  # the pushed mesh-app image; the app's port-forwarder runs it
+    handler: str  # the emulated runtime's handler, as install-runtime just installed it
 
     def cli(self, *arguments: str) -> None:
         code = main(list(arguments))
@@ -100,28 +98,12 @@ class MeshApp:
 
 
 @pytest.fixture(scope="module")
-def release_layout(request: pytest.FixtureRequest) -> Path:
-    """As in test_coordinator_on_cluster: CONTRAST_TEST_IMAGES=DIR names a layout built from
-    this checkout, else the session's `built_images`."""
-    reuse = os.environ.get("CONTRAST_TEST_IMAGES")
-    if reuse:
-        return Path(reuse).resolve()
-    built: BuiltImages = request.getfixturevalue("built_images")
-    return built.layout
-
-
-@pytest.fixture(scope="module")
 def mesh_app(
     kube_cluster: Cluster, release_layout: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[MeshApp]:
     cluster = kube_cluster
     root = tmp_path_factory.mktemp("mesh-app")
-    installed = subprocess.run(
-        ["bash", str(SCRIPT), "install-runtime", str(cluster.directory), PLATFORM, sys.executable],
-        capture_output=True, timeout=600, check=False,
-    )  # fmt: skip
-    if installed.returncode:
-        pytest.fail(f"cluster.sh install-runtime failed:\n{installed.stderr.decode()[-4000:]}")
+    handler = install_emulated_runtime(cluster, PLATFORM)
     namespace = cluster.namespace("mesh")
     replacements = deploy.push_release(release_layout, cluster.registry, root)
     reference, pushed = flow.push_app_image(release_layout, cluster.registry, root)
@@ -143,7 +125,7 @@ def mesh_app(
         for line in replacements.read_text().splitlines()
         if line.startswith(f"{deploy.RELEASE_PREFIX}coordinator:")
     ]
-    app = MeshApp(cluster, namespace, workspace, resources, coordinator_image, pushed)
+    app = MeshApp(cluster, namespace, workspace, resources, coordinator_image, pushed, handler)
     generate = (
         "generate", "--workspace-dir", str(workspace), "--reference-values", PLATFORM,
         "--emulated-tee", str(roots), "--image-replacements", str(replacements),
@@ -208,8 +190,8 @@ def _current_pod(app: MeshApp, service: str, not_in: tuple[str, ...] = ()) -> st
 
 
 def _leaf_of(app: MeshApp, pod: str) -> x509.Certificate:
-    chain = flow.kube(app.cluster).pod_secrets(app.namespace, pod) / "tls-config/certChain.pem"
-    return x509.load_pem_x509_certificates(chain.read_bytes())[0]
+    chain = flow.kube(app.cluster).pod_file(app.namespace, pod, CERT_CHAIN)
+    return x509.load_pem_x509_certificates(chain)[0]
 
 
 def _names(certificate: x509.Certificate) -> list[str]:
@@ -246,7 +228,7 @@ def test_mesh_app_set_verify_mutual_tls_and_update(mesh_app: MeshApp) -> None:
         print(timings[-1])
 
     # Every confidential pod runs under the RuntimeClass generate resolved, whose handler is the
-    # emulated runtime install-runtime added to the cluster's containerd (no plain-runc stand-in).
+    # emulated runtime install-runtime just added to the cluster's containerd (no stand-in).
     classes = json.loads(cluster.kubectl("get", "runtimeclass", "-o", "json").stdout)["items"]
     handlers = {c["metadata"]["name"]: c["handler"] for c in classes}
     containerd_config = (cluster.directory / "containerd/config.toml").read_text()
@@ -255,7 +237,7 @@ def test_mesh_app_set_verify_mutual_tls_and_update(mesh_app: MeshApp) -> None:
             "spec"
         ]["template"]["spec"]
         handler = handlers[spec["runtimeClassName"]]
-        assert handler.startswith(f"contrast-cc-{PLATFORM}-"), handler
+        assert handler == app.handler, (name, handler)
         assert f"runtimes.{handler}]" in containerd_config or f'runtimes."{handler}"]' in (
             containerd_config
         ), f"{handler} is not a runtime of the cluster's containerd"
@@ -280,7 +262,10 @@ def test_mesh_app_set_verify_mutual_tls_and_update(mesh_app: MeshApp) -> None:
         assert _issued_by(leaf, mesh_ca), f"{pod}: not issued by the verified mesh CA"
         assert service in _names(leaf), _names(leaf)
     fingerprint = _db_key_fingerprint(app.workspace)
-    web_identity = ClientIdentity.of_pod(flow.kube(cluster).pod_secrets(namespace, pods["web"]))
+    web_identity = ClientIdentity(  # web's own, read as the node sees the pod
+        flow.kube(cluster).pod_file(namespace, pods["web"], CERT_CHAIN),
+        flow.kube(cluster).pod_file(namespace, pods["web"], KEY),
+    )
     forged = ClientIdentity.forged(x509.load_pem_x509_certificate(mesh_ca), ("web", "*"))
 
     deploy.wait_ready(cluster, namespace, f"app.kubernetes.io/name={APP_FORWARDER}", 1, 120)

@@ -3,7 +3,7 @@
 Everything goes through the cluster's own kubectl and admin kubeconfig (`DIR/bin/kubectl`,
 `DIR/kubeconfig`) and images through skopeo into its registry (`DIR/registry-address`), as a user
 would type them; nothing here talks to the API server itself. A pod's `/contrast` is read as the
-node sees it (`pod_secrets`): the emulated runtime has no memory encryption, so the node's root
+node sees it (`pod_file`): the emulated runtime has no memory encryption, so the node's root
 can, which is what the demo shows of each pod's certificate.
 """
 
@@ -122,13 +122,25 @@ class KubeCluster:
                 )
             time.sleep(1)
 
-    def pod_secrets(self, namespace: str, pod: str) -> Path:
-        """The node's directory of a pod's `contrast-secrets` volume (the pod's `/contrast`)."""
+    def pod_file(self, namespace: str, pod: str, name: str) -> bytes:
+        """File `name` of a pod's `contrast-secrets` volume (its `/contrast`), as the node reads
+        it: in the mount namespace the cluster's kubelet makes pod volumes in (`DIR/mnt/ns`,
+        where the volume's tmpfs is; the host sees only the empty folder under it)."""
         uid = self.kubectl(
             "-n", namespace, "get", "pod", pod, "-o", "jsonpath={.metadata.uid}"
         ).stdout.decode().strip()  # fmt: skip
-        volumes = self.directory / "kubelet/pods" / uid / "volumes"
-        return volumes / "kubernetes.io~empty-dir/contrast-secrets"
+        volume = self.directory / "kubelet/pods" / uid / "volumes/kubernetes.io~empty-dir"
+        path = volume / "contrast-secrets" / name
+        namespace_file = self.directory / "mnt" / "ns"
+        if not namespace_file.exists():  # a cluster of a cluster.sh before its mount namespace
+            return path.read_bytes()
+        result = subprocess.run(  # noqa: S603 - the node's view of its own pod's volume
+            ["nsenter", f"--mount={namespace_file}", "--", "cat", str(path)],  # noqa: S607
+            capture_output=True, timeout=KUBECTL_TIMEOUT, check=False,
+        )  # fmt: skip
+        if result.returncode:
+            raise KubeError(f"{pod}: {name}: {result.stderr.decode(errors='replace').strip()}")
+        return result.stdout
 
     @contextlib.contextmanager
     def port_forward(

@@ -30,6 +30,7 @@ from cryptography import x509
 from cryptography.exceptions import InvalidSignature
 
 import contrast
+from contrast.initializer.files import CERT_CHAIN, KEY
 from contrast.local.kubecluster import KubeCluster, KubeError, push_image, push_release
 from contrast.local.meshprobe import ClientIdentity, ProbeResult, plain_probe, tls_probe
 from contrast.local.steps import DemoFailed, Steps
@@ -142,7 +143,10 @@ class KubeDemo:
             details.append(f"api {answer['api']}, db {answer['db']}")
             details.append("TLS checked against verify/mesh-ca.pem and the name web")
         with step("api and db refuse outsiders") as details:
-            web = ClientIdentity.of_pod(self.cluster.pod_secrets(self.namespace, pods["web"]))
+            web = ClientIdentity(
+                self.cluster.pod_file(self.namespace, pods["web"], CERT_CHAIN),
+                self.cluster.pod_file(self.namespace, pods["web"], KEY),
+            )
             details.append(self._outsiders(mesh_ca, web))
         with step("update: api's VERSION v1 → v2; generate, set and verify again") as details:
             api = self.resources / "api.yml"
@@ -257,8 +261,8 @@ class KubeDemo:
     def _certificates(self, pods: dict[str, str], mesh_ca: bytes) -> str:
         names = []
         for pod in pods.values():
-            chain = self.cluster.pod_secrets(self.namespace, pod) / "tls-config/certChain.pem"
-            leaf = x509.load_pem_x509_certificates(chain.read_bytes())[0]
+            chain = self.cluster.pod_file(self.namespace, pod, CERT_CHAIN)
+            leaf = x509.load_pem_x509_certificates(chain)[0]
             if not _issued_by(leaf, mesh_ca):
                 raise DemoFailed(f"{pod}'s certificate is not of the verified mesh CA")
             names.append(leaf.subject.rfc4514_string())

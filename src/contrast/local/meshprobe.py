@@ -34,11 +34,6 @@ class ClientIdentity:
     key: bytes
 
     @classmethod
-    def of_pod(cls, secrets: Path) -> ClientIdentity:
-        tls = secrets / "tls-config"
-        return cls((tls / "certChain.pem").read_bytes(), (tls / "key.pem").read_bytes())
-
-    @classmethod
     def forged(cls, subject_of: x509.Certificate, names: tuple[str, ...]) -> ClientIdentity:
         """A chain that looks like the mesh's: a CA with the mesh CA's subject but a key of its
         own, and a leaf with the workload's names, signed by it."""
