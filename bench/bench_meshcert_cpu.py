@@ -90,10 +90,10 @@ def client(targets: list[tuple[str, str]], policy_hash: str) -> None:
         print(pairs, flush=True)
 
 
-def tree_cpu(root: int) -> tuple[float, float]:
-    """User and system CPU seconds of `root` and every process below it (Linux /proc).
+def tree_cpu(root: int) -> dict[int, tuple[float, float]]:
+    """User and system CPU seconds of `root` and of every process below it (Linux /proc).
 
-    A worker that has exited is no longer counted, so the Coordinators under test keep theirs.
+    A worker that has exited is no longer listed, so the Coordinators under test keep theirs.
     """
     parents: dict[int, int] = {}
     times: dict[int, tuple[int, int]] = {}
@@ -113,9 +113,7 @@ def tree_cpu(root: int) -> tuple[float, float]:
         grown = bool(below)
         members |= below
     tick = os.sysconf("SC_CLK_TCK")
-    user = sum(times[pid][0] for pid in members if pid in times) / tick
-    system = sum(times[pid][1] for pid in members if pid in times) / tick
-    return user, system
+    return {pid: (times[pid][0] / tick, times[pid][1] / tick) for pid in members if pid in times}
 
 
 @dataclass(frozen=True)
@@ -123,14 +121,17 @@ class Run:
     user_ms: float  # Coordinator CPU per call (a pair, or a GetNonce)
     system_ms: float
     rate: float  # calls per second
+    shares: tuple[float, ...] = ()  # of the CPU, per process that used any, largest first
 
     @property
     def cpu_ms(self) -> float:
         return self.user_ms + self.system_ms
 
     def __str__(self) -> str:
+        shares = " / ".join(f"{share:.0%}" for share in self.shares)
         return (f"{self.cpu_ms:.2f} ms per call (user {self.user_ms:.2f}, system"
-                f" {self.system_ms:.2f}), {self.rate:.0f}/s")  # fmt: skip
+                f" {self.system_ms:.2f}), {self.rate:.0f}/s"
+                + (f", CPU by process {shares}" if len(self.shares) > 1 else ""))  # fmt: skip
 
 
 def load(processes: list[subprocess.Popen[str]], index: int, pid: int, seconds: float,
@@ -141,7 +142,7 @@ def load(processes: list[subprocess.Popen[str]], index: int, pid: int, seconds: 
         assert process.stdin is not None
         process.stdin.write(f"{index} {start_at} {seconds} {what}\n")
         process.stdin.flush()
-    user, system = tree_cpu(pid)
+    before = tree_cpu(pid)
     calls = 0
     for process in processes:
         assert process.stdout is not None
@@ -149,9 +150,16 @@ def load(processes: list[subprocess.Popen[str]], index: int, pid: int, seconds: 
         if not line:
             raise SystemExit("a client failed")
         calls += int(line)
-    user_after, system_after = tree_cpu(pid)
-    return Run((user_after - user) * 1e3 / calls, (system_after - system) * 1e3 / calls,
-               calls / seconds)  # fmt: skip
+    after = tree_cpu(pid)
+    spent = {}
+    for member, (user_now, system_now) in after.items():
+        user_then, system_then = before.get(member, (0.0, 0.0))
+        spent[member] = (user_now - user_then, system_now - system_then)
+    user = sum(times[0] for times in spent.values())
+    system = sum(times[1] for times in spent.values())
+    shares = sorted((sum(times) / (user + system) for times in spent.values()), reverse=True)
+    return Run(user * 1e3 / calls, system * 1e3 / calls, calls / seconds,
+               tuple(share for share in shares if share >= 0.01))  # fmt: skip
 
 
 @contextmanager
