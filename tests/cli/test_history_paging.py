@@ -1,4 +1,4 @@
-"""`set` and `verify` fetch only the manifests after the head the workspace saw (issue 29).
+"""`set`, `verify` and `recover` fetch only the manifests after the head the workspace saw.
 
 GetManifests with `Since` answers from that transition on, so their cost follows the updates a
 workspace missed, not the history's length; `verify/` still ends up holding every manifest, and
@@ -81,3 +81,20 @@ def test_verify_fetches_the_whole_history_when_verify_lacks_the_older_manifests(
     assert contrast(cluster, capsys, "verify")[0] == 0
     assert [count for _, count in answered] == [2, 3]
     assert (cluster.workspace / "verify" / "manifest.0.json").is_file()
+
+
+def test_recover_fetches_only_what_followed_the_workspaces_head(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    for index in range(3):
+        update(cluster, capsys, index)
+    head = (cluster.workspace / "latest-transition").read_text().strip()
+    cluster.start()  # a restart: recovery mode
+    answered = watch(cluster)
+    code, _, err = contrast(cluster, capsys, "recover")
+    assert code == 0, err
+    # From the head the workspace saw: the active manifest alone, not the four.
+    assert answered == [(bytes.fromhex(head), 1)]
+    assert (cluster.workspace / "latest-transition").read_text().strip() == head
+    assert contrast(cluster, capsys, "verify")[0] == 0

@@ -458,10 +458,15 @@ def recover(
             Seed=seed, Salt=document.salt, ExpectedTransitionHash=seen.transition_hash or b""
         )
         _call("Recover", lambda: client.recover(request))
-        history = _call("GetManifests", client.get_manifests)
+        # Only what followed the head this workspace saw (the whole history without one): the
+        # whole history grows with every update (1000 updates on ConfigMaps: past the deadline).
+        since = seen.transition_hash or b""
+        history = _call("GetManifests", lambda: client.get_manifests(since=since))
     finally:
         connection.close()
-    chain = check_history(seen, history.Manifests, history.LatestTransition.TransitionHash)
+    chain = check_history(
+        seen, history.Manifests, history.LatestTransition.TransitionHash, start=_start(history)
+    )
     workspace.write_public(ROOT_CA, history.RootCA)
     workspace.write_public(MESH_CA, history.MeshCA)
     record(workspace, seen, chain)
