@@ -208,18 +208,34 @@ def test_set_up_runs_the_originals_steps_in_order(tmp_path: Path) -> None:
             Path(arguments[-1]).write_bytes(cryptsetup.LUKS2_MAGIC + bytes(100))
         if arguments[:2] == ["cryptsetup", "luksDump"]:
             return subprocess.CompletedProcess(arguments, 0, header_json, "")
+        if arguments[:3] == ["mkfs.ext4", "-F", "-n"]:
+            plan = "Creating filesystem with 65536 1k blocks\nSuperblock backups stored on" \
+                   " blocks: \n\t8193\n\n"  # fmt: skip
+            return subprocess.CompletedProcess(arguments, 0, plan, "")
         return subprocess.CompletedProcess(arguments, 0, "", "")
 
     done = tmp_path / "done"
-    mapper = cryptsetup.set_up("/dev/csi0", tmp_path / "state", key, run=run,
-                               header_directory=tmp_path / "shm", done_file=done)  # fmt: skip
     mapping = cryptsetup.mapping_name("/dev/csi0", str(tmp_path / "state"))
-    assert mapper == Path(f"/dev/mapper/{mapping}")
-    assert [c[:2] for c in calls] == [
-        ["cryptsetup", "isLuks"], ["cryptsetup", "luksFormat"], ["cryptsetup", "luksHeaderBackup"],
-        ["cryptsetup", "luksDump"], ["cryptsetup", "luksOpen"], ["blkid", "-o"],
-        ["mkfs.ext4", "-q"], ["mount", str(mapper)],
+    # The opened mapping as a file: unwritten (no ext4 magic), with something where mkfs.ext4
+    # reads first (block 0, the backup superblock's block 8193), which is zeroed before it runs.
+    mapped = tmp_path / "mapper" / mapping
+    mapped.parent.mkdir()
+    mapped.write_bytes(b"\xff" * (8194 * 1024))
+    mapper = cryptsetup.set_up("/dev/csi0", tmp_path / "state", key, run=run,
+                               header_directory=tmp_path / "shm", done_file=done,
+                               mapper_directory=tmp_path / "mapper")  # fmt: skip
+    assert mapper == mapped
+    assert [c[:3] for c in calls] == [
+        ["cryptsetup", "isLuks", "/dev/csi0"], ["cryptsetup", "luksFormat", "--type=luks2"],
+        ["cryptsetup", "luksHeaderBackup", "/dev/csi0"], ["cryptsetup", "luksDump", calls[3][2]],
+        ["cryptsetup", "luksOpen", calls[4][2]], ["mkfs.ext4", "-F", "-n"],
+        ["mkfs.ext4", "-q", str(mapper)], ["mount", "-o", "sync,data=journal"],
     ]  # fmt: skip
+    with mapped.open("rb") as written:
+        assert written.read(1024) == bytes(1024)
+        assert written.read(1024) == b"\xff" * 1024
+        written.seek(8193 * 1024)
+        assert written.read() == bytes(1024)
     assert calls[1] == cryptsetup.format_command("/dev/csi0", key)
     header = calls[2][-1]
     assert calls[4] == ["cryptsetup", "luksOpen", f"--header={header}", f"--key-file={key}",
