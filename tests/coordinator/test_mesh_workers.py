@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from contrast.atls.reportdata import public_key_der, report_data
 from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.workers import MeshWorkers, WorkerConfig
 from tests.coordinator.conftest import Deployment, policy_hash
-from tests.coordinator.program import CoordinatorProcess
+from tests.coordinator.program import CoordinatorProcess, command
 
 WORKERS = 2
 CONNECTIONS = 12
@@ -241,3 +242,23 @@ def worker_pid(lines: list[bytes]) -> int | None:
         if message.startswith("mesh API worker ") and "serving" in message:
             return int(message.split()[3])
     return None
+
+
+def test_a_negative_worker_count_is_refused_in_one_line(
+    deployment: Deployment, tee_dir: Path
+) -> None:
+    done = subprocess.run(
+        command(
+            deployment.state_dir,
+            tee_dir,
+            policy_hash(deployment.policies["coordinator"]),
+            ["--mesh-workers", "-1"],
+        ),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert "--mesh-workers must be 0 or more" in json.loads(line)["message"]
