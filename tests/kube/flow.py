@@ -1,28 +1,34 @@
-"""The user's side of examples/mesh-app on the test cluster, for its end-to-end test.
+"""The user's side of examples/mesh-app on the test cluster, for the end-to-end tests.
 
-`push_app_image` builds the example's image as `examples/mesh-app/build_image.py` does (the
-release base layer plus the app's layer) and pushes it by digest, as the release images are;
-`node_public_roots` is the node's emulated roots' public part, which a user passes to
-`generate --emulated-tee` as they would pass AMD's or Intel's roots. The cluster's kubectl,
-port-forwards and a pod's `/contrast` as the node sees it come from `contrast.local.kubecluster`,
-and the TLS clients of the mesh from `contrast.local.meshprobe`, which `contrast demo
---kubernetes` uses too.
+The pieces are those `contrast demo --kubernetes` uses (contrast.local.kubedemo, kubecluster,
+meshprobe), so the test and the demo run the same steps: the example's image built as
+`examples/mesh-app/build_image.py` does and pushed by digest, the node's public roots for
+`generate --emulated-tee`, the cluster through its kubectl (port-forwards, a pod's `/contrast` as
+the node reads it) and the TLS clients of the mesh.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
-from contrast.local.kubecluster import KubeCluster, push_image
+from contrast.local.kubecluster import KubeCluster
+from contrast.local.kubedemo import export_node_roots, load_example_builder, push_app_image
 from tests.kube.cluster import Cluster
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "mesh-app"
 APP_FILES = ("web.yml", "api.yml", "db.yml")
+
+__all__ = [
+    "APP_FILES",
+    "EXAMPLE",
+    "build_image_module",
+    "export_node_roots",
+    "kube",
+    "node_public_roots",
+    "push_app_image",
+]
 
 
 def kube(cluster: Cluster) -> KubeCluster:
@@ -32,31 +38,11 @@ def kube(cluster: Cluster) -> KubeCluster:
 
 def build_image_module() -> ModuleType:
     """examples/mesh-app/build_image.py, a script of the example (its folder is no package)."""
-    spec = importlib.util.spec_from_file_location(
-        "mesh_app_build_image", EXAMPLE / "build_image.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module: ModuleType = load_example_builder()
     return module
 
 
-def push_app_image(release_layout: Path, registry: str, directory: Path) -> tuple[str, str]:
-    """Builds the app's image into `directory` and copies it into `registry` by digest;
-    returns (the example's reference, the pushed digest reference)."""
-    builder = build_image_module()
-    layout = directory / "mesh-app-layout"
-    builder.build(release_layout, layout)
-    reference: str = builder.REFERENCE
-    return reference, push_image(layout, reference, f"{registry}/mesh-app:1.0", directory)
-
-
 def node_public_roots(directory: Path) -> Path:
-    """The node's emulated roots of trust, public part only (`contrast-emulated-runtime setup
-    --public`), as `cluster.sh install-runtime` created them on this machine's one node."""
-    subprocess.run(
-        [sys.executable, "-m", "contrast.emulatedruntime", "setup", "--public", str(directory)],
-        check=True, capture_output=True, timeout=60,
-    )  # fmt: skip
+    """The node's emulated roots' public part, written to `directory` (returned)."""
+    export_node_roots(directory)
     return directory

@@ -119,7 +119,8 @@ def mesh_app(
         "coordinator-resources", "--platform", PLATFORM, "--namespace", namespace,
         "--image-replacements", str(replacements),
     ))  # fmt: skip
-    roots = flow.node_public_roots(root / "node-roots")
+    roots = root / "node-roots"
+    flow.export_node_roots(roots)
     (coordinator_image,) = [
         line.partition("=")[2]
         for line in replacements.read_text().splitlines()

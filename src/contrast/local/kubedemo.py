@@ -114,7 +114,7 @@ class KubeDemo:
             details.append(f"{self.cluster.registry}, {replacements.name}")
         with step("the node's emulated roots, public part") as details:
             roots = self.workdir / "node-roots"
-            self._public_roots(roots)
+            export_node_roots(roots)
             details.append(f"{roots.name}/, as a user takes AMD's or Intel's")
         generate = (
             "generate", "--reference-values", PLATFORM, "--emulated-tee", str(roots),
@@ -208,25 +208,11 @@ class KubeDemo:
         scratch = self.workdir / "pushed"
         scratch.mkdir(parents=True, exist_ok=True)
         pushed = push_release(self.images, self.cluster.registry, scratch)
-        builder = _load_builder()
-        app_layout = self.workdir / "mesh-app-image"
-        builder.build(self.images, app_layout)
-        reference = str(builder.REFERENCE)
-        pushed[reference] = push_image(
-            app_layout, reference, f"{self.cluster.registry}/mesh-app:1.0", scratch
-        )
+        reference, pushed[reference] = push_app_image(self.images, self.cluster.registry, scratch)
         self.pushed = pushed
         replacements = self.workdir / "replacements.txt"
         replacements.write_text("".join(f"{k}={v}\n" for k, v in sorted(pushed.items())))
         return replacements
-
-    def _public_roots(self, roots: Path) -> None:
-        result = subprocess.run(  # noqa: S603 - this interpreter's contrast
-            [sys.executable, "-m", "contrast.emulatedruntime", "setup", "--public", str(roots)],
-            capture_output=True, timeout=60, check=False,
-        )  # fmt: skip
-        if result.returncode:
-            raise DemoFailed(f"the node's roots: {result.stderr.decode(errors='replace')[-300:]}")
 
     def _resources(self, replacements: Path) -> None:
         self.resources.mkdir(parents=True, exist_ok=True)
@@ -328,7 +314,7 @@ class KubeDemo:
         return answer
 
 
-def _load_builder() -> Any:
+def load_example_builder() -> Any:
     """examples/mesh-app/build_image.py (a script of the example, not a module of contrast)."""
     spec = importlib.util.spec_from_file_location(
         "mesh_app_build_image", EXAMPLE / "build_image.py"
@@ -338,6 +324,29 @@ def _load_builder() -> Any:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def push_app_image(release_layout: Path, registry: str, scratch: Path) -> tuple[str, str]:
+    """Builds the example's image as `examples/mesh-app/build_image.py` does (the release base
+    layer of `release_layout` plus the app's layer) into `scratch` and pushes it to `registry`
+    by digest; (the example's image reference, the pushed digest reference)."""
+    builder = load_example_builder()
+    layout = scratch / "mesh-app-image"
+    builder.build(release_layout, layout)
+    reference = str(builder.REFERENCE)
+    return reference, push_image(layout, reference, f"{registry}/mesh-app:1.0", scratch)
+
+
+def export_node_roots(directory: Path) -> None:
+    """The node's emulated roots of trust, public part only (`contrast-emulated-runtime setup
+    --public`), which a user gives `generate --emulated-tee` as they would give AMD's or Intel's
+    roots. The test cluster's one node is this machine, so its roots are this machine's."""
+    result = subprocess.run(  # noqa: S603 - this interpreter's contrast
+        [sys.executable, "-m", "contrast.emulatedruntime", "setup", "--public", str(directory)],
+        capture_output=True, timeout=60, check=False,
+    )  # fmt: skip
+    if result.returncode:
+        raise DemoFailed(f"the node's roots: {result.stderr.decode(errors='replace')[-300:]}")
 
 
 def run_kubernetes_demo(
