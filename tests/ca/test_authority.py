@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import ipaddress
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID
+from cryptography.hazmat.primitives.asymmetric.types import CertificateIssuerPublicKeyTypes
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from contrast.ca.authority import (
+    BACKDATE,
     INTERMEDIATE_COMMON_NAME,
+    LEAF_VALIDITY,
     ROOT_COMMON_NAME,
     WORKLOAD_SECRET_ID_OID,
     CertificateAuthority,
+    subject_alternative_names,
 )
 
 NOW = datetime(2026, 11, 23, tzinfo=UTC)
@@ -163,3 +167,129 @@ def test_each_authority_issues_under_its_own_name_and_key(
         assert "leaf.pem: OK" in openssl_verify(tmp_path, ca.mesh_ca_pem, leaf)
     assert other.mesh_ca_pem != authority.mesh_ca_pem
     assert other.root_pem != authority.root_pem
+
+
+def builder_leaf(  # noqa: PLR0917 (the leaf's inputs, as issue_mesh_certificate takes them)
+    ca: CertificateAuthority,
+    key: CertificateIssuerPublicKeyTypes,
+    sans: list[str],
+    now: datetime,
+    serial: int,
+    secret_id: str | None,
+    extra: list[x509.Extension[x509.ExtensionType]],
+) -> x509.Certificate:
+    """The leaf as cryptography's CertificateBuilder makes it (how it was issued before)."""
+    builder = (
+        x509.CertificateBuilder()
+        .issuer_name(ca.mesh_ca.subject)
+        .subject_name(
+            x509.Name(
+                [x509.NameAttribute(NameOID.COMMON_NAME, sans[0] if sans else "contrast-workload")]
+            )
+        )
+        .public_key(key)
+        .serial_number(serial)
+        .not_valid_before(now - BACKDATE)
+        .not_valid_after(now + LEAF_VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, False, False, False, False),
+            critical=True,
+        )
+        .add_extension(
+            x509.ExtendedKeyUsage(
+                [ExtendedKeyUsageOID.CLIENT_AUTH, ExtendedKeyUsageOID.SERVER_AUTH]
+            ),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca.mesh_key.public_key()),
+            critical=False,
+        )
+    )
+    if sans:
+        builder = builder.add_extension(
+            x509.SubjectAlternativeName(subject_alternative_names(sans)), critical=False
+        )
+    if secret_id:
+        payload = secret_id.encode()
+        assert len(payload) < 0x10000
+        length = (
+            bytes([len(payload)])
+            if len(payload) < 0x80
+            else bytes([0x82]) + len(payload).to_bytes(2, "big")
+        )
+        builder = builder.add_extension(
+            x509.UnrecognizedExtension(WORKLOAD_SECRET_ID_OID, b"\x04" + length + payload),
+            critical=False,
+        )
+    for extension in extra:
+        builder = builder.add_extension(extension.value, critical=extension.critical)
+    return builder.sign(ca.mesh_key, hashes.SHA384())
+
+
+LONG_SANS = [f"service-{i}.namespace.svc.cluster.local" for i in range(40)] + ["10.0.0.1", "::1"]
+EXTRA = x509.Extension(
+    x509.SubjectKeyIdentifier.oid, False, x509.SubjectKeyIdentifier(b"\x01" * 20)
+)
+CASES = [
+    (ec.SECP256R1(), ["web", "*"], NOW, "apps/v1/Deployment/default/web", []),
+    (ec.SECP384R1(), [], NOW, None, []),
+    (ec.SECP256R1(), LONG_SANS, NOW.replace(microsecond=999_999), "x" * 300, []),
+    (ec.SECP521R1(), ["203.0.113.7", "spiffe://shop/web"], datetime(2049, 6, 1, 12), None, []),
+    (
+        ec.SECP256R1(),
+        ["db"],
+        datetime(2026, 1, 1, 23, 30, tzinfo=timezone(timedelta(hours=-5))),
+        "s",
+        [EXTRA],
+    ),
+    (
+        ec.SECP256R1(),
+        ["*.example", "long-" + "a" * 200],
+        datetime(1999, 12, 31, 23, 59, 59),
+        None,
+        [],
+    ),
+]
+
+
+@pytest.mark.parametrize(("curve", "sans", "now", "secret_id", "extra"), CASES)
+def test_the_leaf_is_what_the_certificate_builder_encodes(  # noqa: PLR0917
+    authority: CertificateAuthority,
+    curve: ec.EllipticCurve,
+    sans: list[str],
+    now: datetime,
+    secret_id: str | None,
+    extra: list[x509.Extension[x509.ExtensionType]],
+) -> None:
+    """The issued TBSCertificate, byte for byte, is the builder's for the same serial: names,
+    validity (UTCTime before 2050, GeneralizedTime after, naive and other zones as UTC), the
+    key, and every extension with its criticality in its order; the signature verifies."""
+    key = ec.generate_private_key(curve).public_key()
+    for ca in (authority, authority):  # the second issue is served from the memos
+        leaf = ca.issue_mesh_certificate(
+            key, sans, now=now, workload_secret_id=secret_id, extensions=extra
+        )
+        reference = builder_leaf(ca, key, sans, now, leaf.serial_number, secret_id, extra)
+        assert leaf.tbs_certificate_bytes == reference.tbs_certificate_bytes
+        assert leaf.signature_algorithm_oid == reference.signature_algorithm_oid
+        assert leaf.verify_directly_issued_by(ca.mesh_ca) is None
+        assert leaf.public_bytes(serialization.Encoding.DER).startswith(b"\x30\x82")
+
+
+def test_serial_numbers_are_fresh(authority: CertificateAuthority) -> None:
+    serials = {leaf_for(authority, ["web"]).serial_number for _ in range(20)}
+    assert len(serials) == 20
+    assert all(0 < serial < 1 << 159 for serial in serials)
+
+
+def test_an_extension_given_twice_is_refused(authority: CertificateAuthority) -> None:
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    san = x509.Extension(
+        x509.SubjectAlternativeName.oid, False, x509.SubjectAlternativeName([x509.DNSName("a")])
+    )
+    with pytest.raises(ValueError, match="already in the leaf"):
+        authority.issue_mesh_certificate(key, ["web"], now=NOW, extensions=[san])
+    with pytest.raises(ValueError, match="already in the leaf"):
+        authority.issue_mesh_certificate(key, ["web"], now=NOW, extensions=[EXTRA, EXTRA])
