@@ -24,7 +24,7 @@ from tests.kvmguest import kernel
 from tests.kvmguest.initramfs import GUEST_DIR, CpioWriter, ImageLayers, extra_archive, write_image
 
 CACHE = Path(os.environ.get("CONTRAST_KVMGUEST_CACHE", Path.home() / ".cache/contrast/kvmguest"))
-GUEST_FILES = Path(__file__).parent / "guest"
+GUEST_FILES = Path(__file__).parent / "inguest"
 BUSYBOX = Path("/bin/busybox")
 QEMU = "qemu-system-x86_64"
 KVM = Path("/dev/kvm")

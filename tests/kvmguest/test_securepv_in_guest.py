@@ -3,7 +3,7 @@
 This host's kernel has no device-mapper (tests/initializer tests what runs without it). Here a
 qemu guest boots Debian's `linux-image-amd64` kernel (dm-crypt, dm-integrity and ext4 as Debian
 builds them) with the Initializer release image as its userland, and runs `contrast initializer`
-as a `secure-pv` pod's injected container runs it (guest/initializer.py says what is brought in
+as a `secure-pv` pod's injected container runs it (inguest/initializer.py says what is brought in
 instead of asked for: the Coordinator's answer), on a virtio disk at `/dev/csi0`. Three boots on
 one disk: the first formats it (LUKS2 with HMAC-SHA256 integrity, the original's options), makes
 ext4, mounts it on /state and writes a file; the second, with the same workload secret, opens it
