@@ -10,11 +10,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
+from typing import TYPE_CHECKING
 
 from contrast.boundedfile import read_bounded
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 TEMPORARY_SUFFIX = ".tmp"
 # `.<name>.<8 random characters of mkstemp>[.tmp]`: the suffix-less form is what versions before
@@ -153,6 +154,9 @@ def exclusive_lock(path: Path) -> Iterator[None]:
 
 def write_private_key(path: Path, key: PrivateKeyTypes) -> None:
     """Store a private key as unencrypted PKCS#8 PEM, readable by the owner only."""
+    # Imported here: the emulated runtime's runc path locks and writes files with no key in sight.
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     pem = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -163,5 +167,7 @@ def write_private_key(path: Path, key: PrivateKeyTypes) -> None:
 
 def read_private_key(path: Path) -> PrivateKeyTypes:
     """Load a key written by `write_private_key` (a PEM key of a few KiB: 64 KiB at most)."""
+    from cryptography.hazmat.primitives import serialization  # noqa: PLC0415
+
     data = read_bounded(path, 64 << 10, what="the private key")
     return serialization.load_pem_private_key(data, password=None)

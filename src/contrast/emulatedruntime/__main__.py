@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Sequence
@@ -41,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _setup(arguments: list[str], settings: object) -> int:
+    import argparse  # noqa: PLC0415 (setup only: the runc path parses runc's own arguments)
+
     from contrast.emulatedruntime.launcher import LAUNCHER_NAME, render_launcher  # noqa: PLC0415
     from contrast.emulatedruntime.node import NodeSettings  # noqa: PLC0415
     from contrast.emulatedruntime.roots import ensure_roots, export_public  # noqa: PLC0415

@@ -42,7 +42,13 @@ def make_signer(platform: str, roots: Path, initdata_toml: bytes) -> endpoint.Si
 
 def serve(sandbox: Sandbox, settings: NodeSettings) -> None:
     """Serve `sandbox`'s TEE socket until SIGTERM (the foreground of the server process)."""
-    signer = make_signer(settings.platform, settings.roots, sandbox.initdata())
+    toml = sandbox.initdata()
+    signer = make_signer(settings.platform, settings.roots, toml)
+    policy_text = initdata.Initdata.from_toml(toml).policy
+    if policy_text is not None:
+        from contrast.emulatedruntime.evaluator import PolicyServer  # noqa: PLC0415
+
+        PolicyServer(policy_text).start(sandbox.directory)
     path = sandbox.tee_socket
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

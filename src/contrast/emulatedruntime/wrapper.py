@@ -21,16 +21,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
-import uuid
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from contrast.attestation.emulated.socketpath import CONTAINER_DIRECTORY
-from contrast.emulatedruntime import agentrequests, runccli
+from contrast.emulatedruntime import agentrequests, evaluator, runccli
 from contrast.emulatedruntime.node import (
     EmulatedRuntimeError,
     NodeSettings,
@@ -41,7 +38,10 @@ from contrast.emulatedruntime.node import (
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.policy import initdata
-from contrast.policy.engine import AgentPolicy, Decision
+from contrast.policy.engine import Decision
+
+if TYPE_CHECKING:
+    from contrast.policy.engine import AgentPolicy
 
 INITDATA_ANNOTATION = initdata.ANNOTATION
 CONTAINER_NAME = "io.kubernetes.cri.container-name"
@@ -93,6 +93,8 @@ def _report(call: runccli.RuncCall, error: ContrastError) -> None:
     """
     message = str(error)
     if call.log:
+        from datetime import UTC, datetime  # noqa: PLC0415 (only when refusing)
+
         line = (
             json.dumps({"level": "error", "msg": message, "time": datetime.now(UTC).isoformat()})
             if call.log_format == "json"
@@ -111,10 +113,29 @@ def _report(call: runccli.RuncCall, error: ContrastError) -> None:
 
 
 def _load_policy(toml: bytes, state: Mapping[str, Any]) -> AgentPolicy:
+    from contrast.policy.engine import AgentPolicy  # noqa: PLC0415 (regorus: only when needed)
+
     document = initdata.Initdata.from_toml(toml)
     if document.policy is None:
         raise EmulatedRuntimeError("the pod's initdata has no policy.rego")
     return AgentPolicy(document.policy, state.get("data"))
+
+
+def _evaluate(
+    sandbox: Sandbox, state: Mapping[str, Any], kind: str, request: Mapping[str, Any]
+) -> tuple[Decision, dict[str, Any]]:
+    """The decision on `request` with the pod's policy state, and the state after it.
+
+    Asked of the pod's TEE server, which keeps the policy compiled (`evaluator`); evaluated
+    here, loading the policy, when it does not answer. Call under the sandbox's lock.
+    """
+    answer = evaluator.ask(sandbox.directory, state.get("data"), kind, request)
+    if answer is not None:
+        allowed, name, prints, data = answer
+        return Decision(name, allowed, prints), data
+    policy = _load_policy(sandbox.initdata(), state)
+    decision = policy.evaluate(kind, request)
+    return decision, policy.data
 
 
 def refusal_message(decision: Decision, container_name: str | None = None) -> str:
@@ -157,8 +178,6 @@ def _create(call: runccli.RuncCall, settings: NodeSettings) -> None:
             )
         with sandbox.locked():
             state = sandbox.load_state()
-            policy = _load_policy(toml, state)
-
             devices: dict[str, int] = dict(state.get("devices") or {})
 
             def device_number(volume: str) -> int:
@@ -168,8 +187,9 @@ def _create(call: runccli.RuncCall, settings: NodeSettings) -> None:
                 spec, container_id, bundle=str(bundle), device_number=device_number
             )
             name = spec.get("annotations", {}).get(CONTAINER_NAME)
-            _require(policy.evaluate("CreateContainerRequest", request), name)
-            sandbox.save_state({**state, "data": policy.data, "devices": devices})
+            decision, data = _evaluate(sandbox, state, "CreateContainerRequest", request)
+            _require(decision, name)
+            sandbox.save_state({**state, "data": data, "devices": devices})
             if sandbox.server_pid() is None:
                 # The pod's TEE died (killed, OOM): its next container brings it back, with the
                 # initdata fixed at the sandbox's creation.
@@ -234,10 +254,12 @@ def _exec(call: runccli.RuncCall, settings: NodeSettings) -> None:
             "exec without --process is not supported by the emulated runtime"
         )
     process = json.loads(Path(process_file).read_text())
+    import uuid  # noqa: PLC0415 (exec only; the create path starts without it)
+
     request = agentrequests.exec_process_request(process, container_id, uuid.uuid4().hex)
     with sandbox.locked():
-        policy = _load_policy(sandbox.initdata(), sandbox.load_state())
-    _require(policy.evaluate("ExecProcessRequest", request))
+        decision, _ = _evaluate(sandbox, sandbox.load_state(), "ExecProcessRequest", request)
+    _require(decision)
 
 
 def _container_request(call: runccli.RuncCall, settings: NodeSettings, kind: str) -> None:
@@ -246,12 +268,14 @@ def _container_request(call: runccli.RuncCall, settings: NodeSettings, kind: str
     if sandbox is None:
         raise EmulatedRuntimeError(f"container {container_id} was not created by this runtime")
     with sandbox.locked():
-        policy = _load_policy(sandbox.initdata(), sandbox.load_state())
-    _require(policy.evaluate(kind, {"container_id": container_id}))
+        decision, _ = _evaluate(sandbox, sandbox.load_state(), kind, {"container_id": container_id})
+    _require(decision)
 
 
 def _delete(call: runccli.RuncCall, argv: Sequence[str], settings: NodeSettings) -> int:
     """runc delete, then RemoveContainer (and the sandbox's TEE once its pause is gone)."""
+    import subprocess  # noqa: PLC0415 (delete alone runs runc as a child; the rest exec it)
+
     code = subprocess.run([settings.runc, *argv], check=False).returncode  # noqa: S603
     if code != 0:
         return code
@@ -268,9 +292,9 @@ def _delete(call: runccli.RuncCall, argv: Sequence[str], settings: NodeSettings)
     elif sandbox.exists():
         with sandbox.locked():
             state = sandbox.load_state()
-            policy = _load_policy(sandbox.initdata(), state)
-            decision = policy.evaluate("RemoveContainerRequest", {"container_id": container_id})
+            request = {"container_id": container_id}
+            decision, data = _evaluate(sandbox, state, "RemoveContainerRequest", request)
             if decision.allowed:
-                sandbox.save_state({**state, "data": policy.data})
+                sandbox.save_state({**state, "data": data})
     node.forget_container(container_id)
     return 0
