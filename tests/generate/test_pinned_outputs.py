@@ -10,9 +10,10 @@ only difference from the digests recorded before issue 14's work. Re-pinned when
 checking the image (issue 26): the rules text in each initdata is the only difference; and when
 the emulated platforms' policies took the OCI version of the node's containerd (1.0.2-dev): their
 containers' Version is the only difference; and when they took containerd 1.6's sandbox
-resolv.conf options (`rbind, ro`): with that drop-in left out the old digests hold. A change on
-purpose (new rules, settings, an injected field) updates the digest: the failure prints the new
-one.
+resolv.conf options (`rbind, ro`): with that drop-in left out the old digests hold; and when the
+Coordinator's container and Services took the transit engine's port 8200 (0571a02): the tree before
+that commit wrote the old digests, the one after it these. A change on purpose (new rules,
+settings, an injected field) updates the digest: the failure prints the new one.
 """
 
 from __future__ import annotations
@@ -30,28 +31,28 @@ from tests.generate.conftest import GenerateWorkspace
 PINNED = {
     "sidecar-tls": (
         "emulated-snp",
-        "0a7ceb7b8a8eb3c85a342c08f36396c345ef2d6c1fd4ea8ebb5bf746666105c5",
+        "d48996c554d0b40dfb11c1976ba27791379a4ba1d9d9e0dcf144de9d019449d5",
     ),
     "kustomize-app": (
         "emulated-tdx",
-        "30dc1e15c3f63fb071a36692a9f9efef90a4a3f4f0909eebd9aa120d3584c6d9",
+        "736a55f83e843a8455a319f3e1f82cfafcdf8423b2dfa991a0aaa95f4452147e",
     ),
     "multi-runtime": (
         "metal-qemu-snp",
-        "1d828e82ddabb8ad566b92f4d119242ba3228329e850f7a6a711baa1665caa1a",
+        "a2ca188715f048b2fb1cbbe54b8846c4cd407eda0bee752be57fca1670ac83f9",
     ),
     "gpu": (
         "metal-qemu-snp-gpu",
-        "4fdfea15511048632d399e833343409ffcd11c12a77f459c0fb7ac753a7aa9ac",
+        "89358fc2f859b3750253f162da379be62176faf80958ebe4e6773cffe0dcc8c2",
     ),
     "deployments": (
         "emulated-snp",
-        "bf071f58fe18175e5df3ad511b02a25e8f2736b324d0fa72283f206d2f29ac03",
+        "c6fc7a8018b738d868efd7213cdc1d994c826bbf0007b08010b0400a7aba50b7",
     ),
     # Each variant takes the fast way or ruamel's (yamlrtload, yamlrtdump).
     "variants": (
         "emulated-snp",
-        "9ebf1106007731d68f539684d088ccd190d073dee14bf20befefa73512cf7038",
+        "82725a1c909091ca1611e109934ba8d31cb9cac86a6f001324ee29258f602950",
     ),
 }
 
