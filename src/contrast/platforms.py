@@ -3,10 +3,10 @@
 The runtime class of a platform is `contrast-cc-<platform>-<hash>`, where the hash identifies the
 runtime (kernel, image, firmware, VMM, shim, installer) so that several versions can be installed
 side by side (research/contrast.md §2.3). The hash is derived from the runtime description and
-the node installer's source (`contrast.nodeinstaller.runtime`), as the original derives it from the
-node-installer image's layers and source. `runtime_class_name` is that of the description shipped
-with this release; a runtime built from a Kata release (`contrast runtime build`) has its own,
-which `generate` takes from the reference values the build wrote.
+the node installer's source (`contrast.runtimedescription.digest`), as the original derives it
+from the node-installer image's layers and source. `runtime_class_name` is that of the
+description shipped with this release; a runtime built from a Kata release (`contrast runtime
+build`) has its own, which `generate` takes from the reference values the build wrote.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ import functools
 from dataclasses import dataclass
 from enum import StrEnum
 
-from contrast import runtimehashes
 from contrast.attestation.tee import Tee
 from contrast.errors import ContrastError
+from contrast.runtimedescription import model
+from contrast.runtimedescription.digest import runtime_hash_of
+from contrast.runtimedescription.shipped import load_runtime
 
-RUNTIME_CLASS_PREFIX = "contrast-cc"
+RUNTIME_CLASS_PREFIX = model.RUNTIME_CLASS_PREFIX
 SHIM_MEMORY_MIB = 70
 VMM_MEMORY_MIB = 100
 
@@ -66,16 +68,8 @@ class Platform:
 
 @functools.cache
 def runtime_hash(platform: Platform) -> str:
-    """8 hex characters naming this release's runtime for `platform`, derived from its content.
-
-    The hash recorded for the shipped description when its inputs are unchanged
-    (`runtimehashes.py`: no pydantic at start), else derived from the description.
-    """
-    recorded = runtimehashes.recorded(platform.name)
-    if recorded is not None:
-        return recorded
-    from contrast.nodeinstaller.runtime import load_runtime, runtime_hash_of  # noqa: PLC0415
-
+    """8 hex characters naming this release's runtime for `platform`, derived from its content
+    (the shipped description and the installer's source) on first use."""
     return runtime_hash_of(load_runtime(platform.name))
 
 

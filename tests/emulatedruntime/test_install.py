@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from contrast.emulatedruntime.launcher import LAUNCHER_NAME
-from contrast.nodeinstaller.install import InstallRequest, install_runtime, runtime_name_of
-from contrast.nodeinstaller.runtime import load_runtime
+from contrast.nodeinstaller.install import InstallRequest, install_runtime
 from contrast.nodeinstaller.targetconfig import TargetConfig
 from contrast.platforms import by_name
+from contrast.runtimedescription.digest import handler_of
+from contrast.runtimedescription.shipped import load_runtime
 from tests.nodeinstaller.conftest import RecordingRunner
 
 NODE_CONFIG = """\
@@ -42,7 +43,7 @@ def test_the_emulated_runtime_installs_its_launcher_and_runtime_table(
     runner = RecordingRunner()
     report = install_runtime(request, runner=runner)
 
-    handler = runtime_name_of(platform, load_runtime(name))
+    handler = handler_of(load_runtime(name))
     # The handler is the one the RuntimeClass of `contrast runtime --platform <name>` names.
     assert handler == platform.runtime_class_name
     launcher = f"/opt/edgeless/{handler}/bin/{LAUNCHER_NAME}"

@@ -24,7 +24,9 @@ from contrast.kata.build import REFERENCE_VALUES
 from contrast.kata.errors import KataReleaseError
 from contrast.nodeinstaller.artefacts import verify_artefacts
 from contrast.nodeinstaller.errors import ArtefactError
-from contrast.nodeinstaller.runtime import ArtefactRole, load_payload, runtime_hash_of
+from contrast.runtimedescription.digest import runtime_hash_of
+from contrast.runtimedescription.model import ArtefactRole
+from contrast.runtimedescription.shipped import load_payload
 from tests.kata import synthetic
 from tests.kata.conftest import build
 

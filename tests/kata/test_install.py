@@ -25,7 +25,7 @@ from contrast.cli.main import main
 from contrast.kata.build import BuiltRuntime
 from contrast.kuberesource.releaseimages import tagged
 from contrast.local.containers import Containerd, Registry
-from contrast.nodeinstaller.runtime import load_payload
+from contrast.runtimedescription.shipped import load_payload
 from tests.imagebuild.builder import BuiltImages
 from tests.images.conftest import stop
 from tests.kata import synthetic

@@ -9,15 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from contrast.nodeinstaller.install import runtime_name_of
 from contrast.nodeinstaller.layout import artefact_slots, kata_config_relative
 from contrast.nodeinstaller.restart import CommandResult
-from contrast.nodeinstaller.runtime import (
-    INSTALL_PREFIX,
-    RuntimeDescription,
-    stamp_artefact,
-)
 from contrast.platforms import Platform, by_name
+from contrast.runtimedescription.digest import handler_of, stamp_artefact
+from contrast.runtimedescription.model import INSTALL_PREFIX, Build, RuntimeDescription
 
 # Larger than the 1 MiB read chunk, so hashing and copying cross chunk boundaries.
 ROOTFS_SIZE = (2 << 20) + 123
@@ -31,7 +27,7 @@ class BuiltRuntime:
 
     @property
     def name(self) -> str:
-        return runtime_name_of(self.platform, self.description)
+        return handler_of(self.description)
 
 
 def build_runtime(platform: Platform, directory: Path, *, salt: str = "") -> BuiltRuntime:
@@ -53,15 +49,13 @@ def build_runtime(platform: Platform, directory: Path, *, salt: str = "") -> Bui
                 executable=slot.executable,
             )
         )
-    description = RuntimeDescription.model_validate(
-        {
-            "format": 1,
-            "platform": platform.name,
-            "build": "release",
-            "kernel-params": "console=hvc0 systemd.verity=1",
-            "kata-config": f"{INSTALL_PREFIX}{kata_config_relative(platform)}",
-            "artefacts": artefacts,
-        }
+    description = RuntimeDescription(
+        format=1,
+        platform=platform.name,
+        build=Build.RELEASE,
+        kernel_params="console=hvc0 systemd.verity=1",
+        kata_config=f"{INSTALL_PREFIX}{kata_config_relative(platform)}",
+        artefacts=tuple(artefacts),
     )
     return BuiltRuntime(platform, description, directory)
 

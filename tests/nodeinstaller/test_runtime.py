@@ -4,19 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from contrast.nodeinstaller.errors import RuntimeDescriptionError
-from contrast.nodeinstaller.runtime import (
-    load_runtime,
-    parse_runtime,
-    runtime_digest,
-    runtime_hash_of,
-)
 from contrast.nodeinstaller.standins import describe_standins, write_standins
 from contrast.platforms import PLATFORMS, Platform, by_name, from_runtime_class, runtime_hash
+from contrast.runtimedescription.digest import runtime_digest, runtime_hash_of
+from contrast.runtimedescription.errors import RuntimeDescriptionError
+from contrast.runtimedescription.model import parse_runtime
+from contrast.runtimedescription.shipped import load_runtime
 from tests.nodeinstaller.conftest import build_runtime
 
 DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -45,24 +43,22 @@ def test_any_changed_input_changes_the_hash(tmp_path: Path) -> None:
     rootfs = description.artefacts[2]
     assert rootfs.name == "rootfs"
     variants = {
-        "digest": rootfs.model_copy(update={"sha256": "f" * 64}),
-        "size": rootfs.model_copy(update={"size": rootfs.size + 1}),
-        "mode": rootfs.model_copy(update={"executable": True}),
-        "path": rootfs.model_copy(
-            update={"path": rootfs.path.replace("kata-containers.img", "rootfs.img")}
-        ),
+        "digest": replace(rootfs, sha256="f" * 64),
+        "size": replace(rootfs, size=rootfs.size + 1),
+        "mode": replace(rootfs, executable=True),
+        "path": replace(rootfs, path=rootfs.path.replace("kata-containers.img", "rootfs.img")),
     }
     seen = {original}
     for changed in variants.values():
         artefacts = (*description.artefacts[:2], changed, *description.artefacts[3:])
-        other = runtime_hash_of(description.model_copy(update={"artefacts": artefacts}), INSTALLER)
+        other = runtime_hash_of(replace(description, artefacts=artefacts), INSTALLER)
         assert other not in seen
         seen.add(other)
-    kernel = description.model_copy(update={"kernel_params": "console=ttyS0"})
+    kernel = replace(description, kernel_params="console=ttyS0")
     assert runtime_hash_of(kernel, INSTALLER) not in seen
     assert runtime_hash_of(description, "1" * 64) not in seen
     # The hash does not depend on the order the artefacts are listed in: the lines are sorted.
-    reversed_order = description.model_copy(update={"artefacts": description.artefacts[::-1]})
+    reversed_order = replace(description, artefacts=description.artefacts[::-1])
     assert runtime_digest(reversed_order, INSTALLER) == runtime_digest(description, INSTALLER)
 
 
@@ -80,7 +76,7 @@ def test_committed_descriptions_are_reproducible_from_the_standins(
 ) -> None:
     write_standins(platform, tmp_path)
     assert describe_standins(platform, tmp_path) == load_runtime(platform.name)
-    shipped = Path(__file__).parents[2] / "src/contrast/nodeinstaller/runtimes"
+    shipped = Path(__file__).parents[2] / "src/contrast/runtimedescription/runtimes"
     text = (shipped / f"{platform.name}.json").read_text()
     assert describe_standins(platform, tmp_path).to_json() == text
 

@@ -15,9 +15,10 @@ from contrast.nodeinstaller.install import (
     install_runtime,
 )
 from contrast.nodeinstaller.restart import SYSTEMD_DBUS_RESTART, parse_command
-from contrast.nodeinstaller.runtime import Build, load_payload
 from contrast.nodeinstaller.targetconfig import load_target_config
 from contrast.platforms import PLATFORMS, by_name
+from contrast.runtimedescription.model import Build
+from contrast.runtimedescription.shipped import load_payload
 
 
 def register(commands: Any) -> None:

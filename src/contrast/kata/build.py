@@ -13,7 +13,7 @@ What it writes into the output directory (the workspace `generate` runs in):
 - `runtime-<platform>.yml`: the RuntimeClass and node-installer DaemonSet of the handler.
 
 The handler is `contrast-cc-<platform>-<8 hex>` from the description's content and the installer's
-source (`nodeinstaller.runtime`): a changed kernel byte is a new handler and new digests.
+source (`runtimedescription.digest`): a changed kernel byte is a new handler and new digests.
 
 Everything is read, checked and measured before the first write, so a release that lacks a file
 changes nothing. The payload is assembled in a scratch directory and renamed into place. Release
@@ -44,9 +44,10 @@ from contrast.kata.errors import KataReleaseError
 from contrast.kata.tree import ReleaseFile
 from contrast.kuberesource import release, yamlio
 from contrast.manifest import defaults
-from contrast.nodeinstaller.install import runtime_name_of
 from contrast.nodeinstaller.layout import kata_config_relative
-from contrast.nodeinstaller.runtime import (
+from contrast.platforms import Platform
+from contrast.runtimedescription.digest import handler_of, stamp_artefact
+from contrast.runtimedescription.model import (
     DESCRIPTION_FORMAT,
     INSTALL_PREFIX,
     PAYLOAD_DESCRIPTION,
@@ -54,9 +55,7 @@ from contrast.nodeinstaller.runtime import (
     ArtefactRole,
     Build,
     RuntimeDescription,
-    stamp_artefact,
 )
-from contrast.platforms import Platform
 
 RUNTIMES = "runtimes"
 MAX_CONFIG_SIZE = 1 << 20  # a Kata configuration is some 30 KB
@@ -294,18 +293,16 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
             source = kata.source if kata.sha256 is None else f"{kata.source} sha256:{kata.sha256}"
             if kata.version:
                 source = f"Kata {kata.version}, {source}"
-            description = RuntimeDescription.model_validate(
-                {
-                    "format": DESCRIPTION_FORMAT,
-                    "platform": platform.name,
-                    "build": Build.RELEASE,
-                    "kernel-params": line,
-                    "kata-config": f"{INSTALL_PREFIX}{kata_config}",
-                    "artefacts": artefacts,
-                    "source": source,
-                }
+            description = RuntimeDescription(
+                format=DESCRIPTION_FORMAT,
+                platform=platform.name,
+                build=Build.RELEASE,
+                kernel_params=line,
+                kata_config=f"{INSTALL_PREFIX}{kata_config}",
+                artefacts=tuple(artefacts),
+                source=source,
             )
-            handler = runtime_name_of(platform, description)
+            handler = handler_of(description)
             write_atomically(staging / PAYLOAD_DESCRIPTION, description.to_json().encode())
             payload = runtimes / handler
             _place(staging, payload)

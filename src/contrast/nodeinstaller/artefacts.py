@@ -16,7 +16,9 @@ from pathlib import Path
 
 from contrast.nodeinstaller.errors import ArtefactError
 from contrast.nodeinstaller.hostroot import Location, kind_of, opened_file
-from contrast.nodeinstaller.runtime import Artefact, RuntimeDescription, file_digest
+from contrast.runtimedescription.digest import file_digest
+from contrast.runtimedescription.errors import ArtefactUnreadable
+from contrast.runtimedescription.model import Artefact, RuntimeDescription
 
 _CHUNK = 1 << 20
 
@@ -40,7 +42,7 @@ def problem(artefact: Artefact, path: Path) -> str | None:
         return f"{artefact.name}: {path} has {status.st_size} bytes, expected {artefact.size}"
     try:
         digest, _ = file_digest(path)
-    except ArtefactError as error:
+    except ArtefactUnreadable as error:
         return f"{artefact.name}: {error}"
     if digest != artefact.sha256:
         return f"{artefact.name}: {path} has sha256 {digest}, expected {artefact.sha256}"

@@ -9,10 +9,6 @@ class NodeInstallerError(ContrastError):
     """The runtime could not be installed; the message names the file or setting at fault."""
 
 
-class RuntimeDescriptionError(NodeInstallerError):
-    """A shipped runtime description is missing or malformed (a packaging bug, not user input)."""
-
-
 class ArtefactError(NodeInstallerError):
     """An artefact is missing or differs from the digest or size the description names."""
 

@@ -36,6 +36,7 @@ from contrast.nodeinstaller.artefacts import (
     verify_artefacts,
 )
 from contrast.nodeinstaller.containerdconfig import (
+    AnyRuntime,
     ContainerdRuntime,
     PatchedConfig,
     RuncWrapperRuntime,
@@ -60,17 +61,17 @@ from contrast.nodeinstaller.restart import (
     restart_containerd,
     run_command,
 )
-from contrast.nodeinstaller.runtime import (
+from contrast.nodeinstaller.targetconfig import TargetConfig
+from contrast.platforms import Platform
+from contrast.runtimedescription.digest import handler_of
+from contrast.runtimedescription.model import (
     INSTALL_ROOT,
     ArtefactRole,
     Build,
     RuntimeDescription,
     install_path,
-    load_runtime,
-    runtime_hash_of,
 )
-from contrast.nodeinstaller.targetconfig import TargetConfig
-from contrast.platforms import RUNTIME_CLASS_PREFIX, Platform
+from contrast.runtimedescription.shipped import load_runtime
 
 DEFAULT_ARTEFACTS_ROOT = Path("/usr/share/contrast/runtimes")
 RESTART_PENDING = ".restart-pending"
@@ -120,11 +121,6 @@ def artefacts_dir(cli: Path | None, target: TargetConfig, platform: Platform) ->
     return DEFAULT_ARTEFACTS_ROOT / platform.name
 
 
-def runtime_name_of(platform: Platform, description: RuntimeDescription) -> str:
-    """The handler of this exact runtime (the platform's runtime class for the shipped one)."""
-    return f"{RUNTIME_CLASS_PREFIX}-{platform.name}-{runtime_hash_of(description)}"
-
-
 def install_runtime(
     request: InstallRequest,
     *,
@@ -140,21 +136,51 @@ def install_runtime(
             f"the runtime description is for {description.platform}, not {platform.name}"
         )
     with Resolver(request.host_root) as host:
-        if platform.emulated:
-            return _install_emulated(request, description, host, runner, now)
-        return _install(request, description, host, runner, now)
+        run = _Run(request, description, host, runner, now, handler_of(description))
+        return _install_emulated(run) if platform.emulated else _install(run)
 
 
-def _install(
-    request: InstallRequest,
-    description: RuntimeDescription,
-    host: Resolver,
-    runner: Runner,
-    now: Callable[[], float],
-) -> InstallReport:
-    platform = request.platform
-    name = runtime_name_of(platform, description)
-    install_dir = PurePosixPath(INSTALL_ROOT) / name
+@dataclass(frozen=True)
+class _Run:
+    """One installer run: what was asked, the runtime, the host root, the seams for restarts
+    and time, and the handler (which names the install directory)."""
+
+    request: InstallRequest
+    description: RuntimeDescription
+    host: Resolver
+    runner: Runner
+    now: Callable[[], float]
+    name: str
+
+    @property
+    def install_dir(self) -> PurePosixPath:
+        return PurePosixPath(INSTALL_ROOT) / self.name
+
+
+@dataclass(frozen=True)
+class _ConfigPatch:
+    """containerd's config as read (`old`: None if there is none), and patched in memory."""
+
+    config: PurePosixPath
+    old: bytes | None
+    target: PurePosixPath  # where its links lead
+    patched: PatchedConfig
+
+
+def _patch_config(run: _Run, runtime: AnyRuntime) -> _ConfigPatch:
+    """Read containerd's config and add `runtime` to it in memory: a refusal writes nothing."""
+    config = PurePosixPath("/" + run.request.target.containerd_config_path)
+    old, target = _read_config(run.host, config)
+    patched = patch_containerd_config(
+        None if old is None else old.decode(),
+        runtime,
+        source=f"containerd config {_shown(config, target)}",
+    )
+    return _ConfigPatch(config, old, target, patched)
+
+
+def _install(run: _Run) -> InstallReport:
+    request, description, name = run.request, run.description, run.name
 
     # 1. Every check before the first change.
     verify_artefacts(description, request.artefacts_dir)
@@ -166,112 +192,79 @@ def _install(
     )
     template = description.by_role(ArtefactRole.KATA_CONFIG)
     kata_bytes = (
-        render_kata_config(platform, description, name)
+        render_kata_config(request.platform, description, name)
         if template is None
         else render_template(source_path(request.artefacts_dir, template).read_bytes(), name)
     )
     shim = description.by_role(ArtefactRole.SHIM)
     assert shim is not None
-    config = PurePosixPath("/" + request.target.containerd_config_path)
-    old_config, config_target = _read_config(host, config)
-    patched = patch_containerd_config(
-        None if old_config is None else old_config.decode(),
+    patch = _patch_config(
+        run,
         ContainerdRuntime(
             handler=name,
             shim_path=install_path(shim.path, name),
             kata_config_path=str(kata_config),
-            gpu=platform.gpu,
+            gpu=request.platform.gpu,
         ),
-        source=f"containerd config {_shown(config, config_target)}",
     )
 
     # 2. Files, staged next to their install directory and renamed into place.
     written, kata_backup = _install_files(
-        host=host,
-        install_dir=install_dir,
+        host=run.host,
+        install_dir=run.install_dir,
         description=description,
         source=request.artefacts_dir,
         kata_config=kata_config,
         kata_bytes=kata_bytes,
-        now=now,
+        now=run.now,
     )
 
     # 3. containerd's config, last; 4. the restart.
-    return _configure(
-        request,
-        host,
-        _Installed(name, description.build, install_dir, written, kata_backup),
-        config=config,
-        old=(old_config, config_target),
-        patched=patched,
-        runner=runner,
-        now=now,
-    )
-
-
-@dataclass(frozen=True)
-class _Installed:
-    """What steps 1 and 2 did, for the report `_configure` completes."""
-
-    name: str
-    build: Build
-    install_dir: PurePosixPath
-    written: tuple[str, ...]
-    kata_config_backup: str | None = None
+    return _configure(run, patch, written, kata_config_backup=kata_backup)
 
 
 def _configure(
-    request: InstallRequest,
-    host: Resolver,
-    installed: _Installed,
+    run: _Run,
+    patch: _ConfigPatch,
+    written: tuple[str, ...],
     *,
-    config: PurePosixPath,
-    old: tuple[bytes | None, PurePosixPath],
-    patched: PatchedConfig,
-    runner: Runner,
-    now: Callable[[], float],
+    kata_config_backup: str | None = None,
 ) -> InstallReport:
     """Write containerd's config (after a backup) if it changed, restart if needed, and report.
 
-    The last steps of both installs (a VM runtime's and the emulated one's).
+    The last steps of both installs (a VM runtime's and the emulated one's), after `written`.
     """
-    old_config, config_target = old
-    marker = host.resolve(installed.install_dir / RESTART_PENDING, follow=False, create=True)
+    host, config, config_target = run.host, patch.config, patch.target
+    marker = host.resolve(run.install_dir / RESTART_PENDING, follow=False, create=True)
     backup = None
-    if patched.changed:
+    if patch.patched.changed:
         write_atomically(marker, f"{config}\n".encode(), mode=CONFIG_MODE)
         target = host.resolve(config, follow=True, create=True)
         config_target = target.path
         mode = CONFIG_MODE
-        if old_config is not None:
+        if patch.old is not None:
             mode = mode_of(target)
-            backup = _back_up(target, old_config, mode, now)
-        write_atomically(target, patched.text.encode(), mode=mode)
+            backup = _back_up(target, patch.old, mode, run.now)
+        write_atomically(target, patch.patched.text.encode(), mode=mode)
     # Restart, if containerd has not read the config as it now is.
-    restarted, unit, reason = _restart(request, marker, runner)
+    restarted, unit, reason = _restart(run.request, marker, run.runner)
     return InstallReport(
-        runtime_name=installed.name,
-        build=installed.build,
-        install_dir=str(installed.install_dir),
-        written=installed.written,
+        runtime_name=run.name,
+        build=run.description.build,
+        install_dir=str(run.install_dir),
+        written=written,
         containerd_config=str(config),
         containerd_config_target=str(config_target),
-        config_changed=patched.changed,
+        config_changed=patch.patched.changed,
         backup=backup,
         restarted=restarted,
         restarted_unit=unit,
         no_restart_reason=reason,
-        kata_config_backup=installed.kata_config_backup,
+        kata_config_backup=kata_config_backup,
     )
 
 
-def _install_emulated(
-    request: InstallRequest,
-    description: RuntimeDescription,
-    host: Resolver,
-    runner: Runner,
-    now: Callable[[], float],
-) -> InstallReport:
+def _install_emulated(run: _Run) -> InstallReport:
     """The emulated runtime: its launcher as containerd's runc, the node's emulated roots.
 
     No VM, so no artefacts: the launcher (`emulatedruntime.launcher`) names the node's Python
@@ -283,24 +276,16 @@ def _install_emulated(
     from contrast.emulatedruntime.node import DEFAULT_ROOTS, DEFAULT_STATE  # noqa: PLC0415
     from contrast.emulatedruntime.roots import ensure_roots  # noqa: PLC0415
 
-    platform = request.platform
-    name = runtime_name_of(platform, description)
-    install_dir = PurePosixPath(INSTALL_ROOT) / name
-    launcher_path = install_dir / "bin" / LAUNCHER_NAME
+    request, host = run.request, run.host
+    launcher_path = run.install_dir / "bin" / LAUNCHER_NAME
     launcher = render_launcher(
-        platform=platform.name,
+        platform=request.platform.name,
         python=request.target.emulated_python,
         runc=request.target.emulated_runc,
         state=Path(DEFAULT_STATE),
         roots=Path(DEFAULT_ROOTS),
     )
-    config = PurePosixPath("/" + request.target.containerd_config_path)
-    old_config, config_target = _read_config(host, config)
-    patched = patch_containerd_config(
-        None if old_config is None else old_config.decode(),
-        RuncWrapperRuntime(handler=name, binary_name=str(launcher_path)),
-        source=f"containerd config {_shown(config, config_target)}",
-    )
+    patch = _patch_config(run, RuncWrapperRuntime(handler=run.name, binary_name=str(launcher_path)))
 
     roots = host.resolve(PurePosixPath(DEFAULT_ROOTS), follow=True, create=True)
     ensure_roots(Path(f"/proc/self/fd/{roots.directory}") / roots.name)
@@ -309,17 +294,7 @@ def _install_emulated(
     if not _holds(location, launcher, EXECUTABLE_MODE):
         write_atomically(location, launcher, mode=EXECUTABLE_MODE)
         written.append(str(launcher_path))
-
-    return _configure(
-        request,
-        host,
-        _Installed(name, description.build, install_dir, tuple(written)),
-        config=config,
-        old=(old_config, config_target),
-        patched=patched,
-        runner=runner,
-        now=now,
-    )
+    return _configure(run, patch, tuple(written))
 
 
 def _back_up(location: Location, data: bytes, mode: int, now: Callable[[], float]) -> str:

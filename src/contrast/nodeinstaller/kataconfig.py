@@ -16,13 +16,13 @@ import tomli_w
 
 from contrast.attestation.tee import Tee
 from contrast.nodeinstaller.errors import NodeInstallerError
-from contrast.nodeinstaller.runtime import (
+from contrast.platforms import Hypervisor, Platform
+from contrast.runtimedescription.model import (
     RUNTIME_NAME_PLACEHOLDER,
     ArtefactRole,
     RuntimeDescription,
     install_path,
 )
-from contrast.platforms import Hypervisor, Platform
 
 HEADER = (
     "# Kata Containers configuration of runtime {name}.\n"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from contrast.nodeinstaller.runtime import ArtefactRole
 from contrast.platforms import Hypervisor, Platform
+from contrast.runtimedescription.model import ArtefactRole
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Placeholder artefacts for a repository without a guest-image build.
 
-The runtime descriptions committed next to this module are stamped from these files, so their
-digests are reproducible rather than invented: `python -m contrast.nodeinstaller.standins` rewrites
-them, and `write_standins` lays the files out for trying the installer on a scratch host root. A
-stand-in is a short text naming itself; a runtime made of them installs, but no VM can start.
+The runtime descriptions committed in `contrast/runtimedescription/runtimes` are stamped from
+these files, so their digests are reproducible rather than invented: `python -m
+contrast.nodeinstaller.standins` rewrites them, and `write_standins` lays the files out for trying
+the installer on a scratch host root. A stand-in is a short text naming itself; a runtime made of
+them installs, but no VM can start.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ from pathlib import Path
 
 from contrast.files import write_atomically
 from contrast.nodeinstaller.layout import ArtefactSlot, artefact_slots, kata_config_relative
-from contrast.nodeinstaller.runtime import (
+from contrast.platforms import PLATFORMS, Platform
+from contrast.runtimedescription.digest import stamp_artefact
+from contrast.runtimedescription.model import (
     DESCRIPTION_FORMAT,
     INSTALL_PREFIX,
     Build,
     RuntimeDescription,
-    stamp_artefact,
 )
-from contrast.platforms import PLATFORMS, Platform
+from contrast.runtimedescription.shipped import SHIPPED_FOLDER
 
-RUNTIMES_FOLDER = Path(__file__).with_name("runtimes")
 STAND_IN_KERNEL_PARAMS = ""
 
 
@@ -41,28 +42,26 @@ def write_standins(platform: Platform, directory: Path) -> None:
 def describe_standins(platform: Platform, directory: Path) -> RuntimeDescription:
     """The description a build would write for the stand-ins in `directory`."""
     kata_config = kata_config_relative(platform)
-    return RuntimeDescription.model_validate(
-        {
-            "format": DESCRIPTION_FORMAT,
-            "platform": platform.name,
-            "build": Build.STAND_IN,
-            "kernel-params": STAND_IN_KERNEL_PARAMS,
-            "kata-config": None if kata_config is None else f"{INSTALL_PREFIX}{kata_config}",
-            "artefacts": [
-                stamp_artefact(
-                    name=slot.name,
-                    role=slot.role,
-                    relative=slot.relative,
-                    file=directory / slot.relative,
-                    executable=slot.executable,
-                )
-                for slot in artefact_slots(platform)
-            ],
-        }
+    return RuntimeDescription(
+        format=DESCRIPTION_FORMAT,
+        platform=platform.name,
+        build=Build.STAND_IN,
+        kernel_params=STAND_IN_KERNEL_PARAMS,
+        kata_config=None if kata_config is None else f"{INSTALL_PREFIX}{kata_config}",
+        artefacts=tuple(
+            stamp_artefact(
+                name=slot.name,
+                role=slot.role,
+                relative=slot.relative,
+                file=directory / slot.relative,
+                executable=slot.executable,
+            )
+            for slot in artefact_slots(platform)
+        ),
     )
 
 
-def main(folder: Path = RUNTIMES_FOLDER) -> None:
+def main(folder: Path = SHIPPED_FOLDER) -> None:
     """Rewrite every platform's committed description from freshly written stand-ins."""
     for platform in PLATFORMS:
         with tempfile.TemporaryDirectory() as scratch:
@@ -72,4 +71,4 @@ def main(folder: Path = RUNTIMES_FOLDER) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]) if len(sys.argv) > 1 else RUNTIMES_FOLDER)
+    main(Path(sys.argv[1]) if len(sys.argv) > 1 else SHIPPED_FOLDER)
