@@ -8,6 +8,7 @@ a request without `Since` (the original's clients) still gets the whole history
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -25,8 +26,8 @@ def watch(cluster: Cluster) -> list[tuple[bytes, int]]:
     answered: list[tuple[bytes, int]] = []
     original = coordinator.get_manifests
 
-    def recording(*, since: bytes = b"") -> ManifestHistory:
-        history = original(since=since)
+    def recording(*, since: bytes = b"", policies: bool = True) -> ManifestHistory:
+        history = original(since=since, policies=policies)
         answered.append((since, len(history.manifests)))
         return history
 
@@ -98,3 +99,62 @@ def test_recover_fetches_only_what_followed_the_workspaces_head(
     assert answered == [(bytes.fromhex(head), 1)]
     assert (cluster.workspace / "latest-transition").read_text().strip() == head
     assert contrast(cluster, capsys, "verify")[0] == 0
+
+
+def watch_policies(cluster: Cluster) -> list[tuple[bool, int]]:
+    """Record each GetManifests: whether it asked for the policy documents, and how many came."""
+    coordinator = cluster.servers[-1].coordinator
+    answered: list[tuple[bool, int]] = []
+    original = coordinator.get_manifests
+
+    def recording(*, since: bytes = b"", policies: bool = True) -> ManifestHistory:
+        history = original(since=since, policies=policies)
+        answered.append((policies, len(history.policies)))
+        return history
+
+    coordinator.get_manifests = recording  # type: ignore[method-assign]
+    return answered
+
+
+def test_set_asks_without_the_policy_documents_and_verify_with_them(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answered = watch_policies(cluster)
+    assert contrast(cluster, capsys, "set")[0] == 0
+    update(cluster, capsys, 0)
+    # A first set (no manifest yet: the first call fails), then an update: before and after.
+    assert answered == [(False, 0)] * 3
+
+    answered.clear()
+    code, _, err = contrast(cluster, capsys, "verify")
+    assert code == 0, err
+    assert answered == [(True, 2)]
+    written = sorted(p.name for p in (cluster.workspace / "verify").glob("initdata.*.toml"))
+    assert len(written) == 2
+
+
+def test_set_without_the_policy_documents_still_refuses_a_tampered_history(
+    cluster: Cluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert contrast(cluster, capsys, "set")[0] == 0
+    update(cluster, capsys, 0)
+    head = (cluster.workspace / "latest-transition").read_text()
+    coordinator = cluster.servers[-1].coordinator
+    original = coordinator.get_manifests
+    asked: list[bool] = []
+
+    def tampered(*, since: bytes = b"", policies: bool = True) -> ManifestHistory:
+        """A Coordinator whose answer swaps the active manifest for another, same head."""
+        asked.append(policies)
+        history = original(since=since, policies=policies)
+        forged = history.manifests[-1].replace(b"web0.example", b"evil.example")
+        assert forged != history.manifests[-1]
+        return dataclasses.replace(history, manifests=[*history.manifests[:-1], forged])
+
+    coordinator.get_manifests = tampered  # type: ignore[method-assign]
+    code, _, err = contrast(cluster, capsys, "set")
+    assert code == 1
+    assert "do not hash to the latest transition" in err
+    assert len(err.strip().splitlines()) <= 2  # the error and its hint, no traceback
+    assert asked == [False]  # refused before SetManifest, on the answer without documents
+    assert (cluster.workspace / "latest-transition").read_text() == head

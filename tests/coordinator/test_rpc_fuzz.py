@@ -81,6 +81,8 @@ def message_of(cls: type[Message], field_bytes: st.SearchStrategy[bytes]) -> st.
             value = message_of(message_factory.GetMessageClass(field.message_type), field_bytes)
         elif field.type == FieldDescriptor.TYPE_STRING:
             value = st.sampled_from(["snp", "tdx", "SNP", ""]) | st.text(max_size=50)
+        elif field.type == FieldDescriptor.TYPE_BOOL:  # GetManifestsRequest.WithoutPolicies
+            value = st.booleans()
         else:
             assert field.type == FieldDescriptor.TYPE_BYTES, field.full_name
             value = field_bytes

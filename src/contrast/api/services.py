@@ -150,9 +150,12 @@ class UserApiClient:
     ) -> userapi_pb2.SetManifestResponse:
         return self._set_manifest(request, timeout=self.timeout)
 
-    def get_manifests(self, *, since: bytes = b"") -> userapi_pb2.GetManifestsResponse:
-        """The history; with `since`, from the manifests after that transition (see the proto)."""
-        request = userapi_pb2.GetManifestsRequest(Since=since)
+    def get_manifests(
+        self, *, since: bytes = b"", without_policies: bool = False
+    ) -> userapi_pb2.GetManifestsResponse:
+        """The history; with `since`, from the manifests after that transition, and with
+        `without_policies`, no policy documents (see the proto)."""
+        request = userapi_pb2.GetManifestsRequest(Since=since, WithoutPolicies=without_policies)
         return self._get_manifests(request, timeout=self.timeout)
 
     def recover(self, request: userapi_pb2.RecoverRequest) -> userapi_pb2.RecoverResponse:

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from contrast.api import evidence_pb2 as evidence__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\ruserapi.proto\x12\x10\x63ontrast.userapi\x1a\x0e\x65vidence.proto\"\x1e\n\rAttestRequest\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\"?\n\x0e\x41ttestResponse\x12-\n\x08\x45vidence\x18\x01 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\"\x8b\x01\n\x12SetManifestRequest\x12\x10\n\x08Manifest\x18\x01 \x01(\x0c\x12\x10\n\x08Policies\x18\x02 \x03(\x0c\x12\x1e\n\x16PreviousTransitionHash\x18\x03 \x01(\x0c\x12\x1e\n\x16WorkloadOwnerPublicKey\x18\x04 \x01(\x0c\x12\x11\n\tSignature\x18\x05 \x01(\x0c\"q\n\x13SetManifestResponse\x12\x0e\n\x06RootCA\x18\x01 \x01(\x0c\x12\x0e\n\x06MeshCA\x18\x02 \x01(\x0c\x12:\n\rSeedSharesDoc\x18\x03 \x01(\x0b\x32#.contrast.userapi.SeedShareDocument\"R\n\x11SeedShareDocument\x12/\n\nSeedShares\x18\x01 \x03(\x0b\x32\x1b.contrast.userapi.SeedShare\x12\x0c\n\x04Salt\x18\x02 \x01(\x0c\"5\n\tSeedShare\x12\x11\n\tPublicKey\x18\x01 \x01(\t\x12\x15\n\rEncryptedSeed\x18\x02 \x01(\x0c\"$\n\x13GetManifestsRequest\x12\r\n\x05Since\x18\x01 \x01(\x0c\"\xcd\x01\n\x14GetManifestsResponse\x12\x11\n\tManifests\x18\x01 \x03(\x0c\x12\x10\n\x08Policies\x18\x02 \x03(\x0c\x12\x0e\n\x06RootCA\x18\x03 \x01(\x0c\x12\x0e\n\x06MeshCA\x18\x04 \x01(\x0c\x12<\n\x10LatestTransition\x18\x05 \x01(\x0b\x32\".contrast.userapi.SignedTransition\x12\x1e\n\x16PreviousTransitionHash\x18\x06 \x01(\x0c\x12\x12\n\nGeneration\x18\x07 \x01(\x04\"=\n\x10SignedTransition\x12\x16\n\x0eTransitionHash\x18\x01 \x01(\x0c\x12\x11\n\tSignature\x18\x02 \x01(\x0c\"L\n\x0eRecoverRequest\x12\x0c\n\x04Seed\x18\x01 \x01(\x0c\x12\x0c\n\x04Salt\x18\x02 \x01(\x0c\x12\x1e\n\x16\x45xpectedTransitionHash\x18\x03 \x01(\x0c\"\x11\n\x0fRecoverResponse2\xe1\x02\n\x07UserAPI\x12K\n\x06\x41ttest\x12\x1f.contrast.userapi.AttestRequest\x1a .contrast.userapi.AttestResponse\x12Z\n\x0bSetManifest\x12$.contrast.userapi.SetManifestRequest\x1a%.contrast.userapi.SetManifestResponse\x12]\n\x0cGetManifests\x12%.contrast.userapi.GetManifestsRequest\x1a&.contrast.userapi.GetManifestsResponse\x12N\n\x07Recover\x12 .contrast.userapi.RecoverRequest\x1a!.contrast.userapi.RecoverResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\ruserapi.proto\x12\x10\x63ontrast.userapi\x1a\x0e\x65vidence.proto\"\x1e\n\rAttestRequest\x12\r\n\x05Nonce\x18\x01 \x01(\x0c\"?\n\x0e\x41ttestResponse\x12-\n\x08\x45vidence\x18\x01 \x01(\x0b\x32\x1b.contrast.evidence.Evidence\"\x8b\x01\n\x12SetManifestRequest\x12\x10\n\x08Manifest\x18\x01 \x01(\x0c\x12\x10\n\x08Policies\x18\x02 \x03(\x0c\x12\x1e\n\x16PreviousTransitionHash\x18\x03 \x01(\x0c\x12\x1e\n\x16WorkloadOwnerPublicKey\x18\x04 \x01(\x0c\x12\x11\n\tSignature\x18\x05 \x01(\x0c\"q\n\x13SetManifestResponse\x12\x0e\n\x06RootCA\x18\x01 \x01(\x0c\x12\x0e\n\x06MeshCA\x18\x02 \x01(\x0c\x12:\n\rSeedSharesDoc\x18\x03 \x01(\x0b\x32#.contrast.userapi.SeedShareDocument\"R\n\x11SeedShareDocument\x12/\n\nSeedShares\x18\x01 \x03(\x0b\x32\x1b.contrast.userapi.SeedShare\x12\x0c\n\x04Salt\x18\x02 \x01(\x0c\"5\n\tSeedShare\x12\x11\n\tPublicKey\x18\x01 \x01(\t\x12\x15\n\rEncryptedSeed\x18\x02 \x01(\x0c\"=\n\x13GetManifestsRequest\x12\r\n\x05Since\x18\x01 \x01(\x0c\x12\x17\n\x0fWithoutPolicies\x18\x02 \x01(\x08\"\xcd\x01\n\x14GetManifestsResponse\x12\x11\n\tManifests\x18\x01 \x03(\x0c\x12\x10\n\x08Policies\x18\x02 \x03(\x0c\x12\x0e\n\x06RootCA\x18\x03 \x01(\x0c\x12\x0e\n\x06MeshCA\x18\x04 \x01(\x0c\x12<\n\x10LatestTransition\x18\x05 \x01(\x0b\x32\".contrast.userapi.SignedTransition\x12\x1e\n\x16PreviousTransitionHash\x18\x06 \x01(\x0c\x12\x12\n\nGeneration\x18\x07 \x01(\x04\"=\n\x10SignedTransition\x12\x16\n\x0eTransitionHash\x18\x01 \x01(\x0c\x12\x11\n\tSignature\x18\x02 \x01(\x0c\"L\n\x0eRecoverRequest\x12\x0c\n\x04Seed\x18\x01 \x01(\x0c\x12\x0c\n\x04Salt\x18\x02 \x01(\x0c\x12\x1e\n\x16\x45xpectedTransitionHash\x18\x03 \x01(\x0c\"\x11\n\x0fRecoverResponse2\xe1\x02\n\x07UserAPI\x12K\n\x06\x41ttest\x12\x1f.contrast.userapi.AttestRequest\x1a .contrast.userapi.AttestResponse\x12Z\n\x0bSetManifest\x12$.contrast.userapi.SetManifestRequest\x1a%.contrast.userapi.SetManifestResponse\x12]\n\x0cGetManifests\x12%.contrast.userapi.GetManifestsRequest\x1a&.contrast.userapi.GetManifestsResponse\x12N\n\x07Recover\x12 .contrast.userapi.RecoverRequest\x1a!.contrast.userapi.RecoverResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,15 +45,15 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SEEDSHARE']._serialized_start=489
   _globals['_SEEDSHARE']._serialized_end=542
   _globals['_GETMANIFESTSREQUEST']._serialized_start=544
-  _globals['_GETMANIFESTSREQUEST']._serialized_end=580
-  _globals['_GETMANIFESTSRESPONSE']._serialized_start=583
-  _globals['_GETMANIFESTSRESPONSE']._serialized_end=788
-  _globals['_SIGNEDTRANSITION']._serialized_start=790
-  _globals['_SIGNEDTRANSITION']._serialized_end=851
-  _globals['_RECOVERREQUEST']._serialized_start=853
-  _globals['_RECOVERREQUEST']._serialized_end=929
-  _globals['_RECOVERRESPONSE']._serialized_start=931
-  _globals['_RECOVERRESPONSE']._serialized_end=948
-  _globals['_USERAPI']._serialized_start=951
-  _globals['_USERAPI']._serialized_end=1304
+  _globals['_GETMANIFESTSREQUEST']._serialized_end=605
+  _globals['_GETMANIFESTSRESPONSE']._serialized_start=608
+  _globals['_GETMANIFESTSRESPONSE']._serialized_end=813
+  _globals['_SIGNEDTRANSITION']._serialized_start=815
+  _globals['_SIGNEDTRANSITION']._serialized_end=876
+  _globals['_RECOVERREQUEST']._serialized_start=878
+  _globals['_RECOVERREQUEST']._serialized_end=954
+  _globals['_RECOVERRESPONSE']._serialized_start=956
+  _globals['_RECOVERRESPONSE']._serialized_end=973
+  _globals['_USERAPI']._serialized_start=976
+  _globals['_USERAPI']._serialized_end=1329
 # @@protoc_insertion_point(module_scope)

@@ -60,10 +60,12 @@ class SeedShare(_message.Message):
     def __init__(self, PublicKey: _Optional[str] = ..., EncryptedSeed: _Optional[bytes] = ...) -> None: ...
 
 class GetManifestsRequest(_message.Message):
-    __slots__ = ("Since",)
+    __slots__ = ("Since", "WithoutPolicies")
     SINCE_FIELD_NUMBER: _ClassVar[int]
+    WITHOUTPOLICIES_FIELD_NUMBER: _ClassVar[int]
     Since: bytes
-    def __init__(self, Since: _Optional[bytes] = ...) -> None: ...
+    WithoutPolicies: bool
+    def __init__(self, Since: _Optional[bytes] = ..., WithoutPolicies: _Optional[bool] = ...) -> None: ...
 
 class GetManifestsResponse(_message.Message):
     __slots__ = ("Manifests", "Policies", "RootCA", "MeshCA", "LatestTransition", "PreviousTransitionHash", "Generation")

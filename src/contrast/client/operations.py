@@ -223,10 +223,12 @@ def _exchange(
         request = userapi_pb2.SetManifestRequest(
             Manifest=manifest_bytes, Policies=[policies[h] for h in sorted(manifest.policies)]
         )
-        # Only what followed the head this workspace saw (the whole history without one).
+        # Only what followed the head this workspace saw (the whole history without one), and
+        # no policy documents: both checks here (rollback before, the chain after) read only the
+        # manifests and the head, and the documents are ~545 MB at 10 000 real-size workloads.
         since = seen.transition_hash or b""
         try:
-            current = client.get_manifests(since=since)
+            current = client.get_manifests(since=since, without_policies=True)
         except grpc.RpcError as error:
             if not _no_manifest_yet(error):
                 raise OperationFailed(f"GetManifests failed: {rpc_message(error)}") from None
@@ -244,7 +246,9 @@ def _exchange(
             request.PreviousTransitionHash = ZERO_HASH
             previous_shares = _previous_seed_shares(workspace)
         response = _call("SetManifest", lambda: client.set_manifest(request))
-        after = _call("GetManifests", lambda: client.get_manifests(since=since))
+        after = _call(
+            "GetManifests", lambda: client.get_manifests(since=since, without_policies=True)
+        )
     finally:
         connection.close()
     return _Exchange(current, response, after, previous_shares)

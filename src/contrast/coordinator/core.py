@@ -588,13 +588,15 @@ class Coordinator:
         except SealedAuthorityDamaged as error:
             raise stored_state_error(error) from None
 
-    def get_manifests(self, *, since: bytes = b"") -> ManifestHistory:
+    def get_manifests(self, *, since: bytes = b"", policies: bool = True) -> ManifestHistory:
         """The history's manifests, oldest first, and the active manifest's policy documents.
 
         With `since` (a transition hash the client saw) that the chain contains, only the
         manifests after it, and at least the active one: the walk stops there, so the cost
         follows the updates the client missed, not the history's length. Otherwise all of them
         (the original's answer), so a client whose `since` is missing sees the whole chain.
+        Without `policies`, no documents are read or sent: a caller that checks only the chain
+        (`set`) would otherwise receive every workload's initdata (~545 MB at 10 000).
         """
         state = self._ready_state()
         try:
@@ -611,8 +613,10 @@ class Coordinator:
             manifests = [self._history.get_manifest(t.manifest_hash) for t in reversed(links)]
             if previous == ZERO_HASH and state.generation is None:  # walked to the root
                 self._counted(state, len(links))
-            wanted = [bytes.fromhex(h) for h in state.manifest.policies]
-            documents = self._history.get_policies(digest(state.manifest_bytes), wanted)
+            documents: dict[bytes, bytes] = {}
+            if policies:
+                wanted = [bytes.fromhex(h) for h in state.manifest.policies]
+                documents = self._history.get_policies(digest(state.manifest_bytes), wanted)
         except HistoryError as error:
             raise stored_state_error(error) from None
         return ManifestHistory(

@@ -67,7 +67,9 @@ class UserApi:
     def get_manifests(
         self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
     ) -> userapi_pb2.GetManifestsResponse:
-        history = self._coordinator.get_manifests(since=request.Since)
+        history = self._coordinator.get_manifests(
+            since=request.Since, policies=not request.WithoutPolicies
+        )
         return userapi_pb2.GetManifestsResponse(
             Manifests=history.manifests,
             Policies=history.policies,
