@@ -38,6 +38,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_set_resources.py", [], "set's reading of 10 000 workload files' policies"),
     ("bench_set_cli.py", [], "contrast set through the CLI, 10 000 workloads"),
     ("bench_pod_start.py", [], "a pod's start under the emulated runtime against runc (root)"),
+    ("bench_pod_certs.py", [], "mesh certificates per second from pods on the cluster (root)"),
     ("bench_meshcert_issue.py", [], "issuing one mesh leaf against one raw P-384 signature"),
     ("bench_runtime_call.py", [], "one emulated-runtime runc call that the policy judges"),
 ]
@@ -55,6 +56,7 @@ SLOW = {
     ("bench_set_resources.py", ""),
     ("bench_set_cli.py", ""),
     ("bench_pod_start.py", ""),
+    ("bench_pod_certs.py", ""),
 }
 
 
