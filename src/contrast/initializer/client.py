@@ -18,7 +18,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from contrast.api import meshapi_pb2
 from contrast.api.convert import evidence_to_proto
 from contrast.api.services import MeshApiClient
-from contrast.atls.client import ConnectionFailed, fetch_certificate, pinned_channel, rpc_message
+from contrast.atls.client import (
+    PIN_ATTEMPTS,
+    ConnectionFailed,
+    fetch_certificate,
+    pinned_channel,
+    rpc_message,
+)
 from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import public_key_der, report_data
 from contrast.initializer.errors import InitializerError
@@ -49,27 +55,42 @@ class Backoff:
 def request_mesh_certificate(
     target: str, issuer: Issuer, key: ec.EllipticCurvePrivateKey, *, timeout: float = 30.0
 ) -> WorkloadFiles:
-    """One attempt: nonce, evidence for our key, NewMeshCert."""
-    channel = pinned_channel(target, fetch_certificate(target, timeout=timeout))
-    try:
-        client = MeshApiClient(channel, timeout=timeout)
-        nonce = client.get_nonce()
-        public_key = public_key_der(key.public_key())
-        evidence = issuer.issue(report_data(public_key, nonce))
-        response = client.new_mesh_cert(
-            meshapi_pb2.NewMeshCertRequest(
-                Nonce=nonce, PublicKey=public_key, Evidence=evidence_to_proto(evidence)
+    """One attempt: nonce, evidence for our key, NewMeshCert, on one pinned connection.
+
+    Behind the `coordinator-ready` Service the certificate is fetched on one TCP connection and
+    pinned on the next, which may reach another replica with a key of its own: its handshake
+    fails (UNAVAILABLE before any answer). Nothing was sent yet, so the fetch and pin are tried
+    again at once, as the CLI does (`atls.client`), instead of waiting out a backoff each time
+    (with three replicas two attempts in three failed so). The nonce and the certificate request
+    go over the same connection, so to the replica that issued the nonce.
+    """
+    for attempt in range(1, PIN_ATTEMPTS + 1):
+        channel = pinned_channel(target, fetch_certificate(target, timeout=timeout))
+        try:
+            client = MeshApiClient(channel, timeout=timeout)
+            try:
+                nonce = client.get_nonce()
+            except grpc.RpcError as error:
+                if error.code() is grpc.StatusCode.UNAVAILABLE and attempt < PIN_ATTEMPTS:
+                    continue
+                raise
+            public_key = public_key_der(key.public_key())
+            evidence = issuer.issue(report_data(public_key, nonce))
+            response = client.new_mesh_cert(
+                meshapi_pb2.NewMeshCertRequest(
+                    Nonce=nonce, PublicKey=public_key, Evidence=evidence_to_proto(evidence)
+                )
             )
+        finally:
+            channel.close()
+        return WorkloadFiles(
+            mesh_ca=response.MeshCACert,
+            cert_chain=response.CertChain,
+            root_ca=response.RootCACert,
+            key=key,
+            workload_secret=response.WorkloadSecret or None,
         )
-    finally:
-        channel.close()
-    return WorkloadFiles(
-        mesh_ca=response.MeshCACert,
-        cert_chain=response.CertChain,
-        root_ca=response.RootCACert,
-        key=key,
-        workload_secret=response.WorkloadSecret or None,
-    )
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def obtain_mesh_certificate(
