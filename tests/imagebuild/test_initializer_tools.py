@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import secrets
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
@@ -67,10 +68,17 @@ def initializer(
         runner.stop_all()
 
 
+# Container IDs of this run: the runc shim keeps its state under /run/containerd/runc/<namespace>
+# for every containerd on the host, so a container a killed earlier run left there under the same
+# name made `ctr run` fail with "container with given ID already exists".
+RUN = secrets.token_hex(4)
+
+
 def _run(runner: ContainerRunner, work: Path, name: str, *arguments: str) -> tuple[int, str]:
     result = runner.containerd.run_to_completion(
-        name, runner.references["initializer"], list(arguments), mounts=[work], timeout=120
-    )
+        f"{name}-{RUN}", runner.references["initializer"], list(arguments), mounts=[work],
+        timeout=120,
+    )  # fmt: skip
     return result.returncode, result.stdout + result.stderr
 
 
