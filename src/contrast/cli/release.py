@@ -128,7 +128,9 @@ def _register_build(subcommands: Any, names: list[str]) -> None:
         description="Reads kata-static-<version>-amd64.tar.zst (or .tar.xz, or the directory it"
         " unpacks to), takes the platform's QEMU, kernel, image, firmware and configuration, and"
         " writes into DIR: runtimes/<handler>/ (the payload, every file pinned by sha256),"
-        " reference-values.json (keyed by the handler) and runtime-<platform>.yml.",
+        " reference-values.json (keyed by the handler) and runtime-<platform>.yml; with"
+        " --node-installer-layout also node-installer-<platform>/, an OCI layout holding the"
+        " node-installer image with the payload, which the DaemonSet names by digest.",
     )
     buildable = [name for name in names if not by_name(name).emulated]
     build.add_argument("--kata-release", type=Path, required=True, metavar="FILE_OR_DIR")
@@ -150,6 +152,18 @@ def _register_build(subcommands: Any, names: list[str]) -> None:
         " /usr/share/contrast/runtimes/<handler> (default: the node-installer image, reading the"
         " payload from /var/lib/contrast/payloads/<handler> on the node)",
     )  # fmt: skip
+    build.add_argument(
+        "--node-installer-layout", type=Path, metavar="DIR",
+        help="the OCI layout holding the release's node-installer image (contrast-build-images"
+        " --output DIR); the payload is added to it as one layer and written to"
+        " DIR/node-installer-<platform>/ (the output DIR), which you push with the printed"
+        " skopeo command; needs --image-repository",
+    )  # fmt: skip
+    build.add_argument(
+        "--image-repository", metavar="REPO",
+        help="where you push that image (registry.example.com/contrast/node-installer): the"
+        " DaemonSet runs REPO@sha256:<digest>, the layout tags it REPO:<handler>",
+    )  # fmt: skip
     build.set_defaults(run=run_build)
 
 
@@ -165,6 +179,8 @@ def run_build(arguments: argparse.Namespace) -> int:
             tdx_page_add_order=measure.PageAddOrder(arguments.tdx_page_add_order),
             node_selector=_selector(arguments.node_selector),
             payload_image=arguments.payload_image,
+            node_installer_layout=arguments.node_installer_layout,
+            image_repository=arguments.image_repository,
         )
     )
     tee = built.platform.tee.value
@@ -172,6 +188,10 @@ def run_build(arguments: argparse.Namespace) -> int:
     print(f"  payload:          {built.payload} ({len(built.description.artefacts)} files)")
     print(f"  reference values: {built.reference_values} ({len(built.entries)} {tee} entries)")
     print(f"  resources:        {built.resources}")
+    if built.image is not None:
+        print(f"  image:            {built.image.pinned} in {built.image.layout}")
+        print(f"                    (node-installer {built.image.base} + payload layer)")
+        print(f"  push:             {built.image.push_command_line()}")
     print(f"  kernel command line: {built.kernel_cmdline}")
     for note in built.notes:
         print(f"note: {note}", file=sys.stderr)

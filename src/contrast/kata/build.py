@@ -10,15 +10,19 @@ What it writes into the output directory (the workspace `generate` runs in):
 - `reference-values.json`: the platform's reference values keyed by the handler (SNP: a launch
   digest per product and vCPU count from sev-snp-measure; TDX: MRTD and RTMR1/RTMR2 predicted,
   RTMR0 as given or expected missing), replacing earlier runtimes of the same platform;
-- `runtime-<platform>.yml`: the RuntimeClass and node-installer DaemonSet of the handler.
+- `runtime-<platform>.yml`: the RuntimeClass and node-installer DaemonSet of the handler;
+- with `node_installer_layout`, `node-installer-<platform>/`: an OCI layout holding the release's
+  node-installer image with the payload as one more layer (`contrast.imagebuild.payloadimage`),
+  which the DaemonSet then names by digest.
 
 The handler is `contrast-cc-<platform>-<8 hex>` from the description's content and the installer's
 source (`runtimedescription.digest`): a changed kernel byte is a new handler and new digests.
 
 Everything is read, checked and measured before the first write, so a release that lacks a file
-changes nothing. The payload is assembled in a scratch directory and renamed into place. Release
-files are read through the descriptors `archive` opened without leaving the release, so the files
-measured and copied are the ones it checked.
+(or a node-installer layout without the image) changes nothing. The payload is assembled in a
+scratch directory and renamed into place. Release files are read through the descriptors
+`archive` opened without leaving the release, so the files measured and copied are the ones it
+checked.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from contrast.attestation.tdx import measure
 from contrast.attestation.tee import Tee
 from contrast.errors import ContrastError
 from contrast.files import write_atomically
+from contrast.imagebuild import payloadimage
 from contrast.kata import cmdline, config, layout
 from contrast.kata.archive import KataRelease, open_release
 from contrast.kata.errors import KataReleaseError
@@ -83,6 +88,8 @@ class BuildRequest:
     tdx_page_add_order: measure.PageAddOrder = measure.PageAddOrder.TWO_PASS
     node_selector: dict[str, str] = field(default_factory=dict)
     payload_image: str | None = None
+    node_installer_layout: Path | None = None  # with image_repository: write the payload image
+    image_repository: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,7 @@ class BuiltRuntime:
     kernel_cmdline: str
     entries: list[dict[str, Any]]
     notes: list[str]
+    image: payloadimage.PayloadImage | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +289,7 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
     if output.exists() and _read_only(output):
         raise ContrastError(f"the output {output} is not a writable directory")
     runtimes = output / RUNTIMES
+    base = _base_image(request)
     with open_release(request.release, output) as kata:
         plan, kata_config = _plan(kata, platform)
         _check_names(plan.files)
@@ -308,13 +317,25 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
             _place(staging, payload)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+    image = None
+    payload_image = request.payload_image
+    if base is not None:
+        assert request.image_repository is not None  # checked by _base_image
+        image = payloadimage.write_payload_image(
+            base,
+            payload,
+            handler,
+            output / f"node-installer-{platform.name}",
+            repository=request.image_repository,
+        )
+        payload_image = image.pinned
     values = output / REFERENCE_VALUES
     defaults.update_embedded(values, platform, entries, handler=handler)
     resources = output / f"runtime-{platform.name}.yml"
     documents = release.runtime_resources(
         platform,
         node_selector=request.node_selector,
-        payload=release.Payload(handler, request.payload_image),
+        payload=release.Payload(handler, payload_image),
     )
     write_atomically(resources, yamlio.dump_documents(documents).encode())
     return BuiltRuntime(
@@ -327,4 +348,22 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
         kernel_cmdline=line,
         entries=entries,
         notes=defaults.missing_value_notes(platform, entries),
+        image=image,
     )
+
+
+def _base_image(request: BuildRequest) -> payloadimage.BaseImage | None:
+    """The node-installer image to add the payload to, read and checked before any write."""
+    if request.node_installer_layout is None:
+        if request.image_repository is not None:
+            raise ContrastError("--image-repository is for --node-installer-layout")
+        return None
+    if request.payload_image is not None:
+        raise ContrastError("--payload-image and --node-installer-layout exclude each other")
+    if request.image_repository is None:
+        raise ContrastError(
+            "--node-installer-layout needs --image-repository REPO",
+            hint="the repository you push the image to; the DaemonSet names it REPO@sha256:...",
+        )
+    payloadimage.check_repository(request.image_repository)
+    return payloadimage.read_base(request.node_installer_layout)
