@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import json
 import os
 import re
 import subprocess
@@ -65,6 +64,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's own help
 
 from tests.kube import deploy
 from tests.kube.cluster import Cluster, install_emulated_runtime
+from tests.kube.flow import deployment_yaml
 
 from bench_history_api import cluster
 from contrast.cli.main import main as contrast
@@ -99,35 +99,6 @@ while time.time() < end:
         time.sleep(0.05)
         continue
     print(f"{time.time():.3f}", flush=True)
-"""
-
-LOADER_YAML = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  replicas: {pods}
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: {name}
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: {name}
-    spec:
-      runtimeClassName: contrast-cc
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: loop
-          image: {image}
-          command: {command}
-          resources:
-            limits:
-              memory: 120Mi
-            requests:
-              memory: 120Mi
 """
 
 
@@ -255,11 +226,10 @@ def deploy_and_measure(
         (resources / "coordinator.yml").write_bytes(
             coordinator_yaml(printed, options.replicas, options.mesh_workers)
         )
-        command = json.dumps(
-            [deploy.IMAGE_PYTHON, "-c", LOOP, "coordinator-ready:7777", "emulated"]
-        )
-        (resources / "loader.yml").write_text(LOADER_YAML.format(
-            name=LOADER, namespace=namespace, pods=options.pods, image=coordinator, command=command,
+        command = [deploy.IMAGE_PYTHON, "-c", LOOP, "coordinator-ready:7777", "emulated"]
+        (resources / "loader.yml").write_text(deployment_yaml(
+            LOADER, namespace, coordinator, command, container="loop", replicas=options.pods,
+            memory="120Mi",
         ))  # fmt: skip
         export_node_roots(work / "node-roots")
         cli(

@@ -35,6 +35,7 @@ from contrast.emulatedruntime.node import DEFAULT_ROOTS, ROOTS_ENV
 from contrast.policy import initdata
 from tests.kube import deploy
 from tests.kube.cluster import Cluster, install_emulated_runtime
+from tests.kube.flow import deployment_yaml
 
 PLATFORM = "emulated-snp"
 COORDINATOR_SELECTOR = "app.kubernetes.io/name=coordinator"
@@ -44,36 +45,6 @@ NODE_ROOTS = Path(DEFAULT_ROOTS)
 # A workload of the user's: the Coordinator's image has Python (the only image at hand whose
 # pulls need no network); generate injects the Initializer, which gets the pod's mesh certificate.
 # The policy allows no `kubectl exec`, so the app prints the chain the Initializer left it.
-WEB = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  replicas: 1
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: {name}
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: {name}
-    spec:
-      runtimeClassName: contrast-cc
-      containers:
-        - name: web
-          image: {image}
-          command:
-            - /usr/bin/python3.11
-            - -c
-            - {script}
-          resources:
-            limits:
-              memory: 50Mi
-            requests:
-              memory: 50Mi
-"""
 
 WEB_SCRIPT = (
     "import sys, time; sys.stdout.write(open('/contrast/tls-config/certChain.pem').read());"
@@ -128,9 +99,10 @@ def deployment(
         "--image-replacements", str(replacements),
     ))  # fmt: skip
     # web, and web-swapped: the same workload, whose initdata is swapped after generate.
-    (resources / "web.yml").write_text("---".join(
-        WEB.format(name=name, namespace=namespace, image=_image_of(replacements),
-                   script=json.dumps(WEB_SCRIPT))
+    (resources / "web.yml").write_text("---\n".join(
+        deployment_yaml(name, namespace, _image_of(replacements),
+                        [deploy.IMAGE_PYTHON, "-c", WEB_SCRIPT], container="web",
+                        grace_seconds=None, memory="50Mi")
         for name in ("web", "web-swapped")
     ))  # fmt: skip
     run_cli(

@@ -33,37 +33,12 @@ import pytest
 from contrast.cli.main import main
 from tests.kube import deploy
 from tests.kube.cluster import Cluster, install_emulated_runtime
+from tests.kube.flow import deployment_yaml
 
 PLATFORM = "emulated-snp"
 READY_TIMEOUT = 120
 BUSYBOX = Path("/bin/busybox")  # Debian's busybox-static
 COMMAND = ["/bin/sh", "-c", "echo started; exec sleep 1000000"]
-APP = """
-apiVersion: apps/v1
-kind: Deployment
-metadata:
-  name: {name}
-  namespace: {namespace}
-spec:
-  replicas: 1
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: {name}
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: {name}
-    spec:
-      runtimeClassName: contrast-cc
-      terminationGracePeriodSeconds: 1
-      containers:
-        - name: app
-          image: {image}
-          command: {command}
-          env:
-            - name: GREETING
-              value: hello
-"""
 CHANGED = ("app-command", "app-env", "app-image", "app-mount")
 
 
@@ -178,8 +153,8 @@ def test_a_generated_pod_runs_and_every_change_after_generate_is_refused(
     (resources / "coordinator.yml").write_text(
         cli("coordinator-resources", "--platform", PLATFORM, "--namespace", namespace)
     )
-    (resources / "app.yml").write_text("---".join(
-        APP.format(name=name, namespace=namespace, image=images["one"], command=json.dumps(COMMAND))
+    (resources / "app.yml").write_text("---\n".join(
+        deployment_yaml(name, namespace, images["one"], COMMAND, env={"GREETING": "hello"})
         for name in ("app", *CHANGED)
     ))  # fmt: skip
     generated = time.monotonic()
