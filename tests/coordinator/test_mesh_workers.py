@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +31,8 @@ from contrast.atls.client import fetch_certificate, pinned_channel
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.reportdata import public_key_der, report_data
 from contrast.coordinator.core import Coordinator, utc_now
-from contrast.coordinator.workers import MeshWorkers, WorkerConfig
+from contrast.coordinator.metrics import CoordinatorMetrics, CounterKey
+from contrast.coordinator.workers import REPORT_INTERVAL, MeshWorkers, WorkerConfig, WorkerReport
 from tests.coordinator.conftest import Deployment, policy_hash
 from tests.coordinator.program import CoordinatorProcess, command
 
@@ -242,6 +244,148 @@ def worker_pid(lines: list[bytes]) -> int | None:
         if message.startswith("mesh API worker ") and "serving" in message:
             return int(message.split()[3])
     return None
+
+
+ISSUED: CounterKey = ("contrast_meshapi_certificates_issued", ())
+REFUSED_NONCES: CounterKey = (
+    "grpc_server_handled",
+    (
+        ("grpc_code", "PERMISSION_DENIED"),
+        ("grpc_method", "NewMeshCert"),
+        ("grpc_service", services.MESH_API),
+        ("grpc_type", "unary"),
+    ),
+)
+# How long the Coordinator's counters may take to show a worker's: a bound on waiting.
+REPORTED_WITHIN = 20.0
+
+
+def counted(metrics: CoordinatorMetrics, key: CounterKey, wanted: float) -> float:
+    """The counter `key` of `metrics` once it reaches `wanted` (or the bound passes), and after
+    two more report intervals, so that a count beyond `wanted` shows too."""
+    deadline = time.monotonic() + REPORTED_WITHIN
+    while metrics.counter_values().get(key, 0.0) < wanted and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(2 * REPORT_INTERVAL)
+    return metrics.counter_values().get(key, 0.0)
+
+
+def test_the_coordinators_counters_count_what_its_workers_did(
+    deployment: Deployment, workers: Workers
+) -> None:
+    """Only the workers listen on the port, so every certificate and refusal is a worker's; the
+    Coordinator's counters (its /metrics) show each once, and keep a killed worker's."""
+    workers.coordinator.set_manifest(deployment.manifest(), deployment.documents())
+    assert workers.workers.wait_serving(timeout=120)
+    metrics = workers.coordinator.metrics
+    assert metrics.counter_values().get(ISSUED, 0.0) == 0.0
+    for channel in channels(workers.port, CONNECTIONS):
+        for _ in range(2):
+            certificate(deployment, channel, "web")
+        nonce = os.urandom(32)  # a nonce no process issued
+        public_key = public_key_der(ec.generate_private_key(ec.SECP256R1()).public_key())
+        evidence = deployment.issuer("web").issue(report_data(public_key, nonce))
+        request = meshapi_pb2.NewMeshCertRequest(
+            Nonce=nonce, PublicKey=public_key, Evidence=evidence_to_proto(evidence)
+        )
+        with pytest.raises(grpc.RpcError) as refused:
+            MeshApiClient(channel, timeout=20).new_mesh_cert(request)
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        channel.close()
+    assert counted(metrics, ISSUED, 2 * CONNECTIONS) == 2 * CONNECTIONS
+    assert counted(metrics, REFUSED_NONCES, CONNECTIONS) == CONNECTIONS
+
+    # A worker killed after its report: what it counted stays, its successor counts from there.
+    os.kill(workers.workers.pids[0], signal.SIGKILL)
+    assert workers.workers.wait_serving(timeout=120, count=1)
+    for channel in channels(workers.port, CONNECTIONS):
+        certificate(deployment, channel, "web")
+        channel.close()
+    assert counted(metrics, ISSUED, 3 * CONNECTIONS) == 3 * CONNECTIONS
+
+
+def metric(http_port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=20) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith(f"{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"no {name} in /metrics:\n{text}")
+
+
+def test_the_metrics_of_a_coordinator_with_a_mesh_worker_count_the_workers_certificates(
+    deployment: Deployment, tee_dir: Path
+) -> None:
+    """`contrast coordinator --mesh-workers 1`: the certificates of 24 connections, which the
+    kernel spreads over the Coordinator process and its worker, are all in its /metrics."""
+    program = CoordinatorProcess.start(
+        deployment.state_dir,
+        tee_dir,
+        policy_hash(deployment.policies["coordinator"]),
+        ["--mesh-workers", "1"],
+    )
+    try:
+        target = f"127.0.0.1:{program.user_api}"
+        UserApiClient(pinned_channel(target, fetch_certificate(target))).set_manifest(
+            userapi_pb2.SetManifestRequest(
+                Manifest=deployment.manifest(), Policies=deployment.documents()
+            )
+        )
+        deadline = time.monotonic() + 120
+        while not (pid := worker_pid(program.lines)):
+            assert program.process.poll() is None, b"".join(program.lines)
+            assert time.monotonic() < deadline, b"".join(program.lines)
+            time.sleep(0.2)
+        before = serving_processes([pid, program.process.pid])
+        for channel in channels(program.mesh_api, 2 * CONNECTIONS):
+            certificate(deployment, channel, "web")
+            channel.close()
+        after = serving_processes([pid, program.process.pid])
+        # The worker served some of them (a P-384 check and a signature each).
+        assert after[pid] - before[pid] > 0.01, (before, after)
+        name = "contrast_meshapi_certificates_issued_total"
+        deadline = time.monotonic() + REPORTED_WITHIN
+        while metric(program.http, name) < 2 * CONNECTIONS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(2 * REPORT_INTERVAL)
+        assert metric(program.http, name) == 2 * CONNECTIONS, b"".join(program.lines)[-3000:]
+    finally:
+        program.stop()
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        b"not json\n",
+        b"{}\n",
+        b'[["a", [], "1"]]\n',
+        b'[["a", [], true]]\n',
+        b'[["a", [["k"]], 1]]\n',
+        b'[["a", [["k", 1]], 1]]\n',
+        b'[["a", {}, 1]]\n',
+        b"[[1, [], 1]]\n",
+        b"\xff\n",
+    ],
+)
+def test_a_line_that_is_not_a_report_is_refused(line: bytes) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011 - ValueError is the contract; messages vary
+        WorkerReport.from_line(line)
+
+
+def test_a_report_reads_back_as_written() -> None:
+    metrics = CoordinatorMetrics()
+    metrics.mesh_certificates.inc(3)
+    metrics.rpcs_handled.labels("unary", "s", "m", "OK").inc()
+    report = WorkerReport(tuple(metrics.counter_values().items()))
+    assert WorkerReport.from_line(report.to_line()) == report
+    into = CoordinatorMetrics()
+    for key, value in report.counts:
+        into.add(key, value)
+    assert into.counter_values() == metrics.counter_values()
+    with pytest.raises(KeyError):
+        into.add(("contrast_meshapi_certificates_issued", (("extra", "label"),)), 1.0)
+    with pytest.raises(KeyError):
+        into.add(("no_such_counter", ()), 1.0)
 
 
 def test_a_negative_worker_count_is_refused_in_one_line(

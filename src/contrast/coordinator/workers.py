@@ -25,6 +25,16 @@ certificate it fetched on one connection and may reach another process on the ne
 also bounds a worker's life: when the Coordinator exits, however it exits, the pipe closes and the
 worker stops. A worker that exits on its own is started again.
 
+The worker's stdout, a pipe the other way, carries its counters: one line once it serves, then
+its counters' values (`WorkerReport`) every REPORT_INTERVAL while they change, and once more
+when it stops. The Coordinator adds what each grew by to its own counters, so the pod's one
+/metrics (the Coordinator's, port 9102) counts every process's certificates, refusals and RPCs,
+at most REPORT_INTERVAL behind; a worker killed outright takes its last interval's counts with
+it. Why not prometheus_client's multiprocess mode: it is switched on for the whole interpreter by
+an environment variable before the import, keeps its values in files under a directory the pod
+must provide and clean, and gives up the per-Coordinator registries the tests run side by side;
+the pipe is already there and is the worker's lifetime.
+
 A nonce is remembered by the process that issued it; gRPC sends a channel's calls over one
 connection, so the Initializer's GetNonce and NewMeshCert reach the same process (a call on a
 new connection may reach another and be refused, and the Initializer retries, as it does with
@@ -52,7 +62,9 @@ from typing import IO, Any
 from contrast.atls.identity import TlsIdentity
 from contrast.coordinator.core import Coordinator, Mode
 from contrast.coordinator.errors import CoordinatorPackageError
+from contrast.coordinator.metrics import CoordinatorMetrics, CounterKey
 from contrast.errors import ContrastError
+from contrast.logs import clip
 
 # By name: run as `python -m`, this module's __name__ is __main__, outside the contrast loggers.
 log = logging.getLogger("contrast.coordinator.workers")
@@ -61,6 +73,8 @@ log = logging.getLogger("contrast.coordinator.workers")
 # exiting waits before its next start.
 READY_INTERVAL = 0.5
 MAX_BACKOFF = 30.0
+# How often a worker reports its counters to the Coordinator, while they change.
+REPORT_INTERVAL = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,6 +119,43 @@ class WorkerHandover:
     def from_line(cls, line: bytes) -> WorkerHandover:
         fields = json.loads(line)
         return cls(**{name: bytes.fromhex(value) for name, value in fields.items()})
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """A worker's counters, each value since it started (so a lost line loses nothing)."""
+
+    counts: tuple[tuple[CounterKey, float], ...]
+
+    def to_line(self) -> bytes:
+        counts = [
+            [name, [list(pair) for pair in labels], value] for (name, labels), value in self.counts
+        ]
+        return json.dumps(counts).encode() + b"\n"
+
+    @classmethod
+    def from_line(cls, line: bytes) -> WorkerReport:
+        """The report in `line`; ValueError if it is not one."""
+        entries = json.loads(line)  # JSON's and UTF-8's errors are ValueErrors
+        if not isinstance(entries, list):
+            raise ValueError("a report is a list of counters")
+        counts: list[tuple[CounterKey, float]] = []
+        for entry in entries:
+            match entry:
+                case [str() as name, list() as labels, int() | float() as value] if not isinstance(
+                    value, bool
+                ) and all(_is_label(pair) for pair in labels):
+                    counts.append(((name, tuple((a, b) for a, b in labels)), float(value)))
+                case _:
+                    raise ValueError(f"not a counter's value: {clip(repr(entry), 100)}")
+        return cls(tuple(counts))
+
+
+def _is_label(pair: object) -> bool:
+    match pair:
+        case [str(), str()]:
+            return True
+    return False
 
 
 def worker_config(arguments: argparse.Namespace, mesh_port: int) -> WorkerConfig:
@@ -201,9 +252,8 @@ class MeshWorkers:
             if serving:
                 self._serving.release()
                 backoff = 1.0
-                process.wait()
-            else:
-                process.wait()
+                self._take_reports(index, process)
+            process.wait()
             with self._lock:
                 self._processes.remove(process)
             if self._stopping.is_set():
@@ -217,6 +267,28 @@ class MeshWorkers:
             if self._stopping.wait(backoff):
                 return
             backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _take_reports(self, index: int, process: subprocess.Popen[bytes]) -> None:
+        """Add what the worker's counters grew by to the Coordinator's, until its stdout closes."""
+        assert process.stdout is not None
+        metrics = self._coordinator.metrics
+        reported: dict[CounterKey, float] = {}  # this process's last values; it starts from 0
+        for line in process.stdout:
+            try:
+                report = WorkerReport.from_line(line)
+            except ValueError as error:
+                log.warning("mesh API worker %d sent a line that is not a report: %s", index, error)
+                continue
+            for key, value in report.counts:
+                grown = value - reported.get(key, 0.0)
+                if grown <= 0:
+                    continue
+                try:
+                    metrics.add(key, grown)
+                except KeyError as error:
+                    log.warning("mesh API worker %d reported %s", index, error)
+                    continue
+                reported[key] = value
 
     def _wait_ready(self) -> WorkerHandover | None:
         """The handover of the Coordinator's state once it is ready; None when stopping."""
@@ -297,10 +369,45 @@ def serve_worker(config: WorkerConfig, handover: WorkerHandover, until: IO[bytes
     server, _ = mesh_api_server(coordinator, issuer, identity, f"{config.host}:{config.mesh_port}")
     server.start()
     log.info("mesh API worker %d serving on port %d", os.getpid(), config.mesh_port)
-    sys.stdout.buffer.write(b"serving\n")
-    sys.stdout.buffer.flush()
+    reports = _Reports(coordinator.metrics, sys.stdout.buffer)
+    reports.write(b"serving\n")
+    reporter = threading.Thread(target=reports.run, name="metrics-report", daemon=True)
+    reporter.start()
     until.read()  # returns when the Coordinator closes the pipe or exits
     server.stop(2.0).wait()
+    reports.stop()
+    reporter.join()
+    reports.report()  # the counts of the calls that ended while stopping
+
+
+class _Reports:
+    """A worker's side of the counters' pipe: a report every REPORT_INTERVAL while they change."""
+
+    def __init__(self, metrics: CoordinatorMetrics, out: IO[bytes]) -> None:
+        self._metrics = metrics
+        self._out = out
+        self._stopping = threading.Event()
+        self._sent: dict[CounterKey, float] = {}
+
+    def write(self, line: bytes) -> None:
+        try:
+            self._out.write(line)
+            self._out.flush()
+        except (BrokenPipeError, ValueError):  # the Coordinator is gone; stdin tells the worker
+            self._stopping.set()
+
+    def report(self) -> None:
+        values = self._metrics.counter_values()
+        if values != self._sent:
+            self.write(WorkerReport(tuple(values.items())).to_line())
+            self._sent = values
+
+    def run(self) -> None:
+        while not self._stopping.wait(REPORT_INTERVAL):
+            self.report()
+
+    def stop(self) -> None:
+        self._stopping.set()
 
 
 def main() -> int:
