@@ -24,16 +24,15 @@ Run: `.venv/bin/python bench/bench_history_workloads.py [N] [ROUNDS] [--before S
 from __future__ import annotations
 
 import hashlib
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the tests' deployment helpers
@@ -42,7 +41,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from tests.coordinator.conftest import Deployment, policy, policy_hash
 from tests.coordinator.crash_step_worker import large_policy
 
-from bench_set_cli import YAML_CACHE, remember, timed
+from abrounds import taking_turns, trees
+from bench_set_cli import YAML_CACHE, floor, print_best, remember, run_set, serving
 from contrast.api import userapi_pb2
 from contrast.api.services import UserApiClient
 from contrast.atls.client import connect_attested
@@ -115,10 +115,9 @@ def certificates_and_recovery(count: int, rounds: int) -> None:
                 spent += time.thread_time() - start
             return spent / CERTIFICATES
 
-        costs: dict[str, list[float]] = {name: [] for name in coordinators}
-        for _ in range(rounds * 5):  # taking turns, short loops
-            for name, (made, coordinator) in coordinators.items():
-                costs[name].append(issue(made, coordinator))
+        costs = taking_turns(  # short loops
+            rounds * 5, {name: partial(issue, *pair) for name, pair in coordinators.items()}
+        )
         ratios = [b / a for a, b in zip(*costs.values(), strict=True)]
         first, second = (statistics.median(c) * 1000 for c in costs.values())
         print(
@@ -127,12 +126,13 @@ def certificates_and_recovery(count: int, rounds: int) -> None:
             f" {statistics.median(ratios):.3f} (goal within 5 %)"
         )
 
-        recoveries: dict[str, list[float]] = {name: [] for name in coordinators}
-        for _ in range(rounds):
-            for name, (made, _) in coordinators.items():
-                start = time.perf_counter()
-                made.coordinator().recover(*seeds[name])
-                recoveries[name].append(time.perf_counter() - start)
+        def recover(name: str) -> float:
+            """Seconds of a new Coordinator on the volume recovering with its seed."""
+            start = time.perf_counter()
+            coordinators[name][0].coordinator().recover(*seeds[name])
+            return time.perf_counter() - start
+
+        recoveries = taking_turns(rounds, {name: partial(recover, name) for name in coordinators})
         one, many = (statistics.median(r) * 1000 for r in recoveries.values())
         print(
             f"recovery (new Coordinator on the volume, Recover), 2 policies: {one:.1f} ms,"
@@ -201,8 +201,7 @@ def _generated(name: str) -> bytes:
     return _MADE[name]
 
 
-def cli_set(count: int, rounds: int, before: str | None) -> None:
-    repo = Path(__file__).resolve().parents[1]
+def cli_set(count: int, rounds: int, sources: dict[str, Path]) -> None:
     with tempfile.TemporaryDirectory(dir="/tmp") as temporary:
         base = Path(temporary)
         EmulatedSnp(base / "tee")
@@ -212,44 +211,16 @@ def cli_set(count: int, rounds: int, before: str | None) -> None:
         workspace = base / "workspace"
         write_workspace(workspace, values, workloads)
         remember(workspace, workspace / YAML_CACHE)
-        serving = [str(Path(__file__).resolve().parent / "bench_set_cli.py"), "--serve"]
-        server = subprocess.Popen(
-            [sys.executable, *serving, str(base / "state"), str(base / "tee"), "coordinator"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert server.stdout is not None
-            port = server.stdout.readline().strip()
-            command = [sys.executable, "-m", "contrast.cli.main", "set", "-c", f"127.0.0.1:{port}"]
-            command += ["--workspace-dir", str(workspace), str(workspace / "resources")]
-            trees = {"this tree": str(repo / "src")}
-            if before is not None:
-                trees["before"] = before
-            times: dict[str, list[float]] = {name: [] for name in ("python -c pass", *trees)}
-            for _ in range(rounds):  # taking turns
-                times["python -c pass"].append(
-                    timed([sys.executable, "-c", "pass"], dict(os.environ))
-                )
-                for name, src in trees.items():
-                    times[name].append(timed(command, dict(os.environ, PYTHONPATH=src)))
-        finally:
-            assert server.stdin is not None
-            server.stdin.close()
-            server.wait(timeout=60)
+        with serving(base) as command:
+            measures: dict[str, Callable[[], float]] = {"python -c pass": floor}
+            measures |= {name: partial(run_set, command, src) for name, src in sources.items()}
+            times = taking_turns(rounds, measures)
     print(f"contrast set through the CLI, {count} workloads of generated-size policies, memo:")
-    for name, seconds in times.items():
-        runs = ", ".join(f"{value:.2f}" for value in seconds)
-        print(f"  {name:16} best {min(seconds):6.2f} s  ({runs})")
+    print_best(times)
 
 
 def main(argv: list[str]) -> None:
-    before = None
-    if "--before" in argv:
-        at = argv.index("--before")
-        before = argv[at + 1]
-        del argv[at : at + 2]
+    sources = trees(argv)
     only = "1234"
     if "--only" in argv:
         at = argv.index("--only")
@@ -262,7 +233,7 @@ def main(argv: list[str]) -> None:
     if "3" in only:
         real_size_over_grpc(count)
     if "4" in only:
-        cli_set(count, rounds, before)
+        cli_set(count, rounds, sources)
 
 
 if __name__ == "__main__":

@@ -15,9 +15,13 @@ import json
 import statistics
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's own helpers
+
+from abrounds import spread, taking_turns, trees
+
 BATCH = 200
 BATCHES = 15
 
@@ -75,26 +79,17 @@ def measure(src: Path) -> dict[str, float]:
 
 def main() -> None:
     args = sys.argv[1:]
-    trees = {"this tree": REPO / "src"}
-    if "--before" in args:
-        at = args.index("--before")
-        trees["before"] = Path(args[at + 1])
-        del args[at : at + 2]
+    sources = trees(args)
     rounds = int(args[0]) if args else 5
-    results: dict[str, list[dict[str, float]]] = {name: [] for name in trees}
-    for _ in range(rounds):
-        for name, src in trees.items():
-            results[name].append(measure(src))
+    results = taking_turns(rounds, {name: partial(measure, src) for name, src in sources.items()})
     print(f"{rounds} rounds, {BATCHES} alternating batches of {BATCH} each (thread CPU time)")
     for name, runs in results.items():
         issue = [run["issue"] for run in runs]
         floor = [run["floor"] for run in runs]
         ratio = [run["issue"] / run["floor"] for run in runs]
         print(
-            f"{name:10} issue + PEM {statistics.median(issue):.3f} ms"
-            f" ({min(issue):.3f}-{max(issue):.3f}), floor one raw P-384 sign"
-            f" {statistics.median(floor):.3f} ms, ratio {statistics.median(ratio):.2f}"
-            f" ({min(ratio):.2f}-{max(ratio):.2f}), above the floor"
+            f"{name:10} issue + PEM {spread(issue)} ms, floor one raw P-384 sign"
+            f" {statistics.median(floor):.3f} ms, ratio {spread(ratio, 2)}, above the floor"
             f" {statistics.median(i - f for i, f in zip(issue, floor, strict=True)):.3f} ms"
         )
 

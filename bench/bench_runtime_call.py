@@ -22,10 +22,14 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # the tests' pod and policy
+sys.path.insert(0, str(REPO / "bench"))  # the bench's own helpers
+
+from abrounds import spread, taking_turns, trees  # noqa: E402
 
 CALL = """
 import sys
@@ -72,11 +76,7 @@ def main() -> None:
     from contrast.policy import initdata  # noqa: PLC0415
 
     args = sys.argv[1:]
-    trees = {"this tree": REPO / "src"}
-    if "--before" in args:
-        at = args.index("--before")
-        trees["before"] = Path(args[at + 1])
-        del args[at : at + 2]
+    sources = trees(args)
     rounds = int(args[0]) if args else 15
     with tempfile.TemporaryDirectory() as temporary:
         pod = app_pod(Path(temporary))
@@ -85,22 +85,20 @@ def main() -> None:
         policy = initdata.Initdata.from_toml(toml).policy
         assert policy is not None
         PolicyServer(policy).start(sandbox.directory)
-        calls = {name: ["-c", CALL, str(sandbox.directory), "c1"] for name in trees}
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in [*trees, "floor"]}
-        run(REPO / "src", calls["this tree"])  # the server compiled, caches warm
-        for _ in range(rounds):
-            results["floor"].append(run(REPO / "src", ["-c", "pass"]))
-            for name, src in trees.items():
-                results[name].append(run(src, calls[name]))
+        call = ["-c", CALL, str(sandbox.directory), "c1"]
+        run(REPO / "src", call)  # the server compiled, caches warm
+        results = taking_turns(rounds, {
+            "floor": partial(run, REPO / "src", ["-c", "pass"]),
+            **{name: partial(run, src, call) for name, src in sources.items()},
+        })  # fmt: skip
     print(f"{rounds} rounds, taking turns; policy of a one-container pod ({len(policy)} bytes)")
     floor = statistics.median(cpu for cpu, _ in results["floor"])
-    for name, runs in results.items():
-        cpu = [c for c, _ in runs]
-        wall = [w for _, w in runs]
+    for name in [*sources, "floor"]:
+        cpu = [c for c, _ in results[name]]
+        wall = [w for _, w in results[name]]
         print(
-            f"{name:10} CPU {statistics.median(cpu):6.1f} ms ({min(cpu):.1f}-{max(cpu):.1f}),"
-            f" {statistics.median(cpu) / floor:5.2f}x python -c pass;"
-            f" wall {statistics.median(wall):6.1f} ms ({min(wall):.1f}-{max(wall):.1f})"
+            f"{name:10} CPU {spread(cpu, 1)} ms,"
+            f" {statistics.median(cpu) / floor:5.2f}x python -c pass; wall {spread(wall, 1)} ms"
         )
 
 

@@ -14,14 +14,20 @@ Run: `.venv/bin/python bench/bench_set_cli.py [WORKLOADS] [ROUNDS] [--before SRC
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's own helpers
+
+from abrounds import BEFORE, THIS_TREE, taking_turns, trees
+
 YAML_CACHE = "yaml-cache.txt"  # contrast.kuberesource.yamlmemo.FILE
 GOAL_S = 3.0
 
@@ -76,15 +82,58 @@ def timed(command: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
+def floor() -> float:
+    """`python -c pass`, the floor of a command: the interpreter starting and doing nothing."""
+    return timed([sys.executable, "-c", "pass"], dict(os.environ))
+
+
+def run_set(command: list[str], src: Path) -> float:
+    """`command` (contrast set) as a process with `src` on its PYTHONPATH; its seconds."""
+    return timed(command, dict(os.environ, PYTHONPATH=str(src)))
+
+
+@contextlib.contextmanager
+def serving(base: Path) -> Iterator[list[str]]:
+    """A Coordinator in a process of its own (`serve` on BASE/state, BASE/tee) for the block;
+    yields the `contrast set` command to it, on BASE/workspace."""
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--serve",
+            str(base / "state"),
+            str(base / "tee"),
+            "coordinator",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().strip()
+        workspace = base / "workspace"
+        yield [
+            sys.executable, "-m", "contrast.cli.main", "set", "-c", f"127.0.0.1:{port}",
+            "--workspace-dir", str(workspace), str(workspace / "resources"),
+        ]  # fmt: skip
+    finally:
+        assert server.stdin is not None
+        server.stdin.close()
+        server.wait(timeout=60)
+
+
+def print_best(times: dict[str, list[float]]) -> None:
+    for name, seconds in times.items():
+        runs = ", ".join(f"{value:.2f}" for value in seconds)
+        print(f"  {name:16} best {min(seconds):6.2f} s  ({runs})")
+
+
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--serve"]:
         serve(Path(argv[1]), Path(argv[2]), argv[3])
         return 0
-    before = None
-    if "--before" in argv:
-        at = argv.index("--before")
-        before = argv[at + 1]
-        del argv[at : at + 2]
+    sources = trees(argv)
     count = int(argv[0]) if argv else 10_000
     rounds = int(argv[1]) if len(argv) > 1 else 3
     from contrast.atls.issuers import TeeKind  # noqa: PLC0415
@@ -103,58 +152,29 @@ def main(argv: list[str]) -> int:
         values = emulated_reference_values(TeeKind.EMULATED_SNP, base / "tee")
         workspace = base / "workspace"
         write_workspace(workspace, values, workloads)
-        server = subprocess.Popen(
-            [
-                sys.executable,
-                __file__,
-                "--serve",
-                str(base / "state"),
-                str(base / "tee"),
-                "coordinator",
-            ],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert server.stdout is not None
-            port = server.stdout.readline().strip()
-            command = [sys.executable, "-m", "contrast.cli.main", "set", "-c", f"127.0.0.1:{port}"]
-            command += [
-                "--workspace-dir",
-                str(base / "workspace"),
-                str(base / "workspace" / "resources"),
-            ]
-            memo, aside = workspace / YAML_CACHE, base / YAML_CACHE
-            remember(workspace, memo)
-            memo.rename(aside)
-            # name → (the `src` it runs, whether generate's memo is in the workspace)
-            trees = {
-                "this tree": (str(REPO / "src"), False),
-                "this tree, memo": (str(REPO / "src"), True),
+        memo, aside = workspace / YAML_CACHE, base / YAML_CACHE
+        remember(workspace, memo)
+        memo.rename(aside)
+
+        def with_memo(command: list[str]) -> float:
+            """This tree's `set` with generate's memo in the workspace, as after generate."""
+            aside.rename(memo)
+            try:
+                return run_set(command, sources[THIS_TREE])
+            finally:
+                memo.rename(aside)
+
+        with serving(base) as command:
+            measures: dict[str, Callable[[], float]] = {
+                "python -c pass": floor,
+                THIS_TREE: partial(run_set, command, sources[THIS_TREE]),
+                "this tree, memo": partial(with_memo, command),
             }
-            if before is not None:
-                trees["before"] = (before, False)
-            times: dict[str, list[float]] = {name: [] for name in ("python -c pass", *trees)}
-            for _ in range(rounds):  # taking turns
-                times["python -c pass"].append(
-                    timed([sys.executable, "-c", "pass"], dict(os.environ))
-                )
-                for name, (src, with_memo) in trees.items():
-                    if with_memo:
-                        aside.rename(memo)
-                    env = dict(os.environ, PYTHONPATH=src)
-                    times[name].append(timed(command, env))
-                    if with_memo:
-                        memo.rename(aside)
-        finally:
-            assert server.stdin is not None
-            server.stdin.close()
-            server.wait(timeout=30)
+            if BEFORE in sources:
+                measures[BEFORE] = partial(run_set, command, sources[BEFORE])
+            times = taking_turns(rounds, measures)
     print(f"contrast set through the CLI, {count} workloads, {rounds} rounds (goal {GOAL_S} s):")
-    for name, seconds in times.items():
-        runs = ", ".join(f"{value:.2f}" for value in seconds)
-        print(f"  {name:16} best {min(seconds):6.2f} s  ({runs})")
+    print_best(times)
     return 0
 
 
