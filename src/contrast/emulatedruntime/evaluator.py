@@ -137,7 +137,7 @@ class PolicyServer:
             answer: dict[str, Any] = {"ok": False}
             if policy is not None:
                 with contextlib.suppress(BaseException):
-                    _reset(policy, message.get("data"))
+                    policy.replace_data(message.get("data"))
                     decision = policy.evaluate(message["kind"], message["request"])
                     answer = {
                         "ok": True,
@@ -175,18 +175,3 @@ class PolicyServer:
             return reply.get(timeout=TIMEOUT)
         except queue.Empty:
             return {"ok": False}
-
-
-def _reset(policy: AgentPolicy, data: Mapping[str, Any] | None) -> None:
-    """Give the compiled `policy` the data document a fresh `AgentPolicy(text, data)` would have.
-
-    The same steps as loading: the engine's data replaced by a copy of `data` (the initial
-    document if None), then `AllowRequestsFailingPolicy` read again with it.
-    """
-    from contrast.policy.engine import INITIAL_DATA  # noqa: PLC0415
-
-    document = json.loads(json.dumps(dict(INITIAL_DATA if data is None else data)))
-    policy._engine.clear_data()
-    policy._engine.add_data(json.loads(json.dumps(document)))
-    policy._data = document
-    policy.allows_failing_requests = policy._read_allow_failures()

@@ -110,10 +110,20 @@ class AgentPolicy:
         self._engine = _engine()
         self._engine.set_gather_prints(True)
         self._engine.add_extension(_TO_NUMBER_DEFINED, 1, _to_number_defined)
-        self._data: dict[str, Any] = copy.deepcopy(dict(INITIAL_DATA if data is None else data))
-        self._engine.add_data(copy.deepcopy(self._data))
+        self._data: dict[str, Any] = {}
         _add_policy(self._engine, MODULE, lenient_policy_text(text), "the policy")
         self._engine.add_policy(_LENIENT_MODULE_NAME, _LENIENT_MODULE)
+        self.allows_failing_requests = False
+        self.replace_data(data)
+
+    def replace_data(self, data: Mapping[str, Any] | None) -> None:
+        """Make the data document a copy of `data` (the initial one if None) and read
+        `AllowRequestsFailingPolicy` again with it, as loading does: the policy then answers as
+        `AgentPolicy(self.text, data)` would, without compiling it again (the emulated runtime's
+        TEE server keeps one compiled policy and sets each call's state with this)."""
+        self._data = copy.deepcopy(dict(INITIAL_DATA if data is None else data))
+        self._engine.clear_data()
+        self._engine.add_data(copy.deepcopy(self._data))
         self.allows_failing_requests = self._read_allow_failures()
 
     @property
