@@ -31,6 +31,7 @@ from contrast.imagebuild import payloadimage
 from contrast.imagebuild.layer import Entry, write_layer
 from contrast.imagebuild.oci import LayoutWriter
 from contrast.imagebuild.spec import IMAGES
+from contrast.images.manifest import DOCKER_MANIFEST, OCI_INDEX
 from contrast.kuberesource.release import INSTALLER_COMMAND, TARGET_CONFIG_DIR
 from contrast.kuberesource.releaseimages import tagged
 from contrast.local.containers import Containerd, Registry
@@ -397,3 +398,42 @@ def test_a_changed_byte_in_the_image_installs_nothing_and_names_the_file(  # noq
     assert "firmware: " in result.stderr
     assert "has sha256" in result.stderr
     assert snapshot(host) == before
+
+
+def rewrap(layout: Path, target: Path, wrap: Any) -> Path:
+    """A copy of `layout` whose node-installer entry is `wrap(manifest bytes, digest)`'s blob."""
+    shutil.copytree(layout, target)
+    index = json.loads((target / "index.json").read_text())
+    entry = index["manifests"][0]
+    data, media_type = wrap(blob(target, entry["digest"]), entry)
+    digest = f"sha256:{hashlib.sha256(data).hexdigest()}"
+    (target / "blobs/sha256" / digest.removeprefix("sha256:")).write_bytes(data)
+    entry.update(mediaType=media_type, digest=digest, size=len(data))
+    (target / "index.json").write_text(json.dumps(index))
+    return target
+
+
+def test_an_image_index_in_the_layout_gives_the_same_image_and_docker_manifests_are_refused(
+    release: Path, base_layout: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`skopeo copy --all` writes an index: its linux/amd64 manifest is the image taken."""
+
+    def index(manifest: bytes, entry: dict[str, Any]) -> tuple[bytes, str]:
+        other = {**entry, "platform": {"architecture": "arm64", "os": "linux"}}
+        document = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": [other, entry]}
+        return json.dumps(document).encode(), OCI_INDEX
+
+    def docker(manifest: bytes, entry: dict[str, Any]) -> tuple[bytes, str]:
+        document = {**json.loads(manifest), "mediaType": DOCKER_MANIFEST}
+        return json.dumps(document).encode(), DOCKER_MANIFEST
+
+    plain = run_build(release, tmp_path / "plain", base_layout, capsys)
+    indexed = rewrap(base_layout, tmp_path / "indexed", index)
+    assert run_build(release, tmp_path / "from-index", indexed, capsys).image == plain.image
+    workspace = tmp_path / "docker"
+    docker_base = rewrap(base_layout, tmp_path / "docker-base", docker)
+    argv = ["runtime", "build", "--kata-release", str(release), "--platform", PLATFORM,
+            "--output", str(workspace), "--max-vcpus", "1", "--image-repository", REPOSITORY,
+            "--node-installer-layout", str(docker_base)]  # fmt: skip
+    assert "is not an OCI image manifest" in refused(argv, capsys)
+    assert not workspace.exists()
