@@ -14,6 +14,10 @@ Applied with the Coordinator (one replica), the workload is Ready under the Runt
   this one is a container of the pod (its network, its TEE; not the app's files or processes);
 - the same workload generated with the flag but the settings left as `generate` wrote them is
   refused the same exec, with the policy's reason;
+- with exec allowed but `WriteStreamRequest` left false, the exec runs and what is typed never
+  reaches it; with `ReadStreamRequest` false it runs (its exit status comes back) and its output
+  is not seen: what the how-to says of those keys (the runtime withholds a refused stream of a
+  non-terminal exec, `wrapper._withhold_streams`);
 - the flag is in the initdata the policy hash covers: the hash differs from the same workload
   generated without it, and `contrast set` then `contrast verify` through the port-forwarder warn
   for each debug-enabled policy of the manifest, naming the workload.
@@ -27,6 +31,7 @@ import json
 import shutil
 import time
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 from contrast.cli.main import main
@@ -88,6 +93,8 @@ print(json.dumps({
     "host_data": Report.from_bytes(evidence.report).host_data.hex(),
 }))
 """
+EXIT_3 = "raise SystemExit(3)\n"
+SAY = (SHELL, "-c", "print('said')")
 # The how-to's three keys, as the user edits them into the settings.json generate wrote.
 HOWTO_SETTINGS = {
     "ExecProcessRequest": {"allowed_commands": [], "regex": [".*"]},
@@ -202,59 +209,80 @@ def test_debug_shell_exec_as_the_howto_says(
     assert [c["name"] for c in spec["initContainers"]] == [debugshell.NAME]
     assert spec["initContainers"][0]["image"] == image_of(replacements, "initializer")
 
-    # The same workload, the flag given, the settings as generate wrote them: no exec.
-    locked = tmp_path / "locked"
-    (locked / "resources").mkdir(parents=True)
-    (locked / "settings.json").write_text(default_settings)
-    # generate wants the Coordinator among the resources (this one is not applied).
-    (locked / "resources" / "coordinator.yml").write_text(coordinator_resources)
-    locked_yml = locked / "resources" / "shell.yml"
-    locked_yml.write_text(APP.format(name="shell-locked", namespace=namespace, image=image))
-    generate(locked, "--insecure-enable-debug-shell-access")
-    shell_locked = workload(locked_yml, "shell-locked")
-    assert initdata.Initdata.from_toml(deploy.pod_initdata(shell_locked)).insecure_debug
+    # The same workload, the flag given, in workspaces of other settings: as generate wrote them
+    # (no exec), and the how-to's with one of the two stream keys left out.
+    variants = {
+        "shell-locked": {},
+        "shell-no-stdin": {**HOWTO_SETTINGS, "WriteStreamRequest": False},
+        "shell-no-output": {**HOWTO_SETTINGS, "ReadStreamRequest": False},
+    }
+    applied = [shell]
+    for name, defaults in variants.items():
+        other = tmp_path / name
+        (other / "resources").mkdir(parents=True)
+        settings = json.loads(default_settings)
+        settings["request_defaults"].update(defaults)
+        (other / "settings.json").write_text(json.dumps(settings, indent=2) + "\n")
+        # generate wants the Coordinator among the resources (this one is not applied).
+        (other / "resources" / "coordinator.yml").write_text(coordinator_resources)
+        other_yml = other / "resources" / "shell.yml"
+        other_yml.write_text(APP.format(name=name, namespace=namespace, image=image))
+        generate(other, "--insecure-enable-debug-shell-access")
+        applied.append(workload(other_yml, name))
+        assert initdata.Initdata.from_toml(deploy.pod_initdata(applied[-1])).insecure_debug
 
     documents = deploy.documents_of(coordinator_yml.read_text())
     (statefulset,) = [d for d in documents if d["kind"] == "StatefulSet"]
     statefulset["spec"]["replicas"] = 1  # one replica is enough here (not in the policy)
     forwarder = deploy.forwarder_pod(namespace, image)
-    cluster.kubectl(
-        "apply", "-f", "-", input=deploy.dump([*documents, forwarder, shell, shell_locked])
-    )
+    cluster.kubectl("apply", "-f", "-", input=deploy.dump([*documents, forwarder, *applied]))
     try:
-        for name in ("shell", "shell-locked"):
+        for name in ("shell", *variants):
             deploy.wait_ready(cluster, namespace, f"app.kubernetes.io/name={name}", 1,
                               READY_TIMEOUT)  # fmt: skip
-        print(f"shell and shell-locked Ready {time.monotonic() - began:.1f} s after the start")
-        pod = pod_name(cluster, namespace, "shell")
+        print(f"the shells Ready {time.monotonic() - began:.1f} s after the start")
+
+        def debug_exec(name: str, *args: str, stdin: str | None = None) -> CompletedProcess[bytes]:
+            pod = pod_name(cluster, namespace, name)
+            interactive = ["-i"] if stdin is not None else []
+            ran = cluster.kubectl(
+                "-n", namespace, "exec", *interactive, pod, "-c", debugshell.NAME, "--", *args,
+                input=None if stdin is None else stdin.encode(), check=False,
+            )  # fmt: skip
+            print(f"kubectl exec {' '.join(interactive)} {pod} -c {debugshell.NAME} --"
+                  f" {' '.join(args)}: exit {ran.returncode}, stdout {ran.stdout.decode()!r},"
+                  f" stderr {ran.stderr.decode()!r}")  # fmt: skip
+            return ran
 
         # The debug shell: the how-to's exec, the script typed on stdin (WriteStream).
-        ran = cluster.kubectl(
-            "-n", namespace, "exec", "-i", pod, "-c", debugshell.NAME, "--", SHELL, "-",
-            input=PROBE.encode(), check=False,
-        )  # fmt: skip
-        output = ran.stdout.decode()
-        print(f"kubectl exec -i {pod} -c {debugshell.NAME} -- {SHELL} -: {output.strip()}"
-              f" {ran.stderr.decode().strip()}")  # fmt: skip
+        ran = debug_exec("shell", SHELL, "-", stdin=PROBE)
         assert ran.returncode == 0, ran.stderr.decode()
-        seen = json.loads(output)
-        assert seen["hostname"] == pod
+        seen = json.loads(ran.stdout)
+        assert seen["hostname"] == pod_name(cluster, namespace, "shell")
         assert seen["pid1"] == list(debugshell.HOLD)
         # The pod's TEE reports the policy hash of the initdata that carries the flag.
         assert seen["host_data"] == debug_hash
+        assert debug_exec("shell", SHELL, "-", stdin=EXIT_3).returncode == 3
 
         # Without the settings change: refused by the policy, with its reason.
-        pod_locked = pod_name(cluster, namespace, "shell-locked")
-        refused = cluster.kubectl(
-            "-n", namespace, "exec", "-i", pod_locked, "-c", debugshell.NAME, "--", SHELL, "-",
-            input=PROBE.encode(), check=False,
-        )  # fmt: skip
+        refused = debug_exec("shell-locked", SHELL, "-", stdin=PROBE)
         stderr = refused.stderr.decode()
-        print(f"kubectl exec -i {pod_locked} -c {debugshell.NAME} -- {SHELL} -: {stderr.strip()}")
         assert refused.returncode != 0
         assert refused.stdout == b""
         assert "ExecProcessRequest is blocked by policy" in stderr, stderr
         assert f"command {SHELL} - is not allowed" in stderr, stderr
+
+        # Without WriteStreamRequest the exec runs but what is typed never reaches it: Python
+        # reads an empty program and exits 0 (the same exec that gets it exits 3, above).
+        without_stdin = debug_exec("shell-no-stdin", SHELL, "-", stdin=EXIT_3)
+        assert (without_stdin.returncode, without_stdin.stdout) == (0, b"")
+        assert debug_exec("shell-no-stdin", *SAY).stdout == b"said\n"
+        # Without ReadStreamRequest it runs (its exit status comes back) and nothing it writes.
+        silent = debug_exec("shell-no-output", SHELL, "-c", "print('said'); raise SystemExit(3)")
+        # (kubectl's own line is all of stderr).
+        assert (silent.returncode, silent.stdout) == (3, b"")
+        assert silent.stderr == b"command terminated with exit code 3\n", silent.stderr
+        assert debug_exec("shell-no-output", SHELL, "-", stdin=EXIT_3).returncode == 3
 
         # set and verify through the port-forwarder: verify names the debug-enabled policies.
         deploy.wait_started(cluster, namespace, COORDINATOR_SELECTOR, 1, READY_TIMEOUT)
