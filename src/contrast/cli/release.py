@@ -153,11 +153,11 @@ def _register_build(subcommands: Any, names: list[str]) -> None:
         " payload from /var/lib/contrast/payloads/<handler> on the node)",
     )  # fmt: skip
     build.add_argument(
-        "--node-installer-layout", type=Path, metavar="DIR",
+        "--node-installer-layout", type=Path, metavar="LAYOUT",
         help="the OCI layout holding the release's node-installer image (contrast-build-images"
-        " --output DIR); the payload is added to it as one layer and written to"
-        " DIR/node-installer-<platform>/ (the output DIR), which you push with the printed"
-        " skopeo command; needs --image-repository",
+        " --output LAYOUT); the image with the payload as one more layer is written to"
+        " node-installer-<platform>/ in the --output directory, for you to push with the"
+        " printed skopeo command; needs --image-repository",
     )  # fmt: skip
     build.add_argument(
         "--image-repository", metavar="REPO",
