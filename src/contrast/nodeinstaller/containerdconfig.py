@@ -143,6 +143,15 @@ def patch_containerd_config(
     return _append(base, parsed, version, runtime)
 
 
+DEFAULT_GRPC_ADDRESS = "/run/containerd/containerd.sock"
+
+
+def grpc_address(text: str) -> str:
+    """The socket containerd listens on with config `text` ([grpc] address, else its default)."""
+    address = _parse(text, "containerd config").get("grpc", {}).get("address")
+    return address if isinstance(address, str) and address else DEFAULT_GRPC_ADDRESS
+
+
 def _parse(text: str, source: str) -> dict[str, Any]:
     try:
         return tomldepth.loads(text)

@@ -14,7 +14,9 @@
    that is a symlink is written at its target (backup beside the target), the link stays.
 4. containerd is restarted only when its config changed, or when an earlier run changed it but
    could not restart (a `.restart-pending` marker in the install directory remembers that; the
-   original compares the unit's start time with the config's mtime instead).
+   original compares the unit's start time with the config's mtime instead): through systemd,
+   or, on a node whose supervisor is not systemd, by SIGTERM to the pid of the target config's
+   `containerd-pid-file` and a wait for the supervisor's next containerd (`pidrestart`).
 
 Every host path is resolved inside the host root as the node sees it (`hostroot`): a link to
 `/etc/containerd/real.toml` or an `/opt` that links elsewhere stays inside `--host-root`.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +43,7 @@ from contrast.nodeinstaller.containerdconfig import (
     ContainerdRuntime,
     PatchedConfig,
     RuncWrapperRuntime,
+    grpc_address,
     patch_containerd_config,
 )
 from contrast.nodeinstaller.errors import ContainerdConfigError, NodeInstallerError
@@ -54,6 +58,7 @@ from contrast.nodeinstaller.hostroot import (
     write_new,
 )
 from contrast.nodeinstaller.kataconfig import HEADER, render_kata_config, render_template
+from contrast.nodeinstaller.pidrestart import restart_by_pid_file
 from contrast.nodeinstaller.restart import (
     SYSTEMD_DBUS_RESTART,
     UNIT_PLACEHOLDER,
@@ -247,7 +252,7 @@ def _configure(
             backup = _back_up(target, patch.old, mode, run.now)
         write_atomically(target, patch.patched.text.encode(), mode=mode)
     # Restart, if containerd has not read the config as it now is.
-    restarted, unit, reason = _restart(run.request, marker, run.runner)
+    restarted, unit, reason = _restart(run, marker, patch.patched.text)
     return InstallReport(
         runtime_name=run.name,
         build=run.description.build,
@@ -269,7 +274,9 @@ def _install_emulated(run: _Run) -> InstallReport:
 
     No VM, so no artefacts: the launcher (`emulatedruntime.launcher`) names the node's Python
     and runc from the target config, and the roots (the emulated AMD/Intel keys) are made once
-    in a root-only directory of the node that no pod mounts.
+    in a root-only directory of the node that no pod mounts. Without `emulated-python` the
+    installer copies its own Python into the install directory (`pythonbundle`) and the
+    launcher runs that one.
     """
     # Imported here: hardware installs need none of the emulated TEE.
     from contrast.emulatedruntime.launcher import LAUNCHER_NAME, render_launcher  # noqa: PLC0415
@@ -277,10 +284,19 @@ def _install_emulated(run: _Run) -> InstallReport:
     from contrast.emulatedruntime.roots import ensure_roots  # noqa: PLC0415
 
     request, host = run.request, run.host
+    written = []
+    python = request.target.emulated_python
+    if python is None:
+        from contrast.nodeinstaller.pythonbundle import install_bundle  # noqa: PLC0415
+
+        wrapper, copied = install_bundle(host, run.install_dir)
+        python = str(wrapper)
+        if copied:
+            written.append(str(wrapper.parent.parent))
     launcher_path = run.install_dir / "bin" / LAUNCHER_NAME
     launcher = render_launcher(
         platform=request.platform.name,
-        python=request.target.emulated_python,
+        python=python,
         runc=request.target.emulated_runc,
         state=Path(DEFAULT_STATE),
         roots=Path(DEFAULT_ROOTS),
@@ -289,7 +305,6 @@ def _install_emulated(run: _Run) -> InstallReport:
 
     roots = host.resolve(PurePosixPath(DEFAULT_ROOTS), follow=True, create=True)
     ensure_roots(Path(f"/proc/self/fd/{roots.directory}") / roots.name)
-    written = []
     location = host.resolve(launcher_path, follow=False, create=True)
     if not _holds(location, launcher, EXECUTABLE_MODE):
         write_atomically(location, launcher, mode=EXECUTABLE_MODE)
@@ -436,16 +451,51 @@ def _holds(location: Location, data: bytes, mode: int) -> bool:
         return False
 
 
-def _restart(
-    request: InstallRequest, marker: Location, runner: Runner
-) -> tuple[bool, str | None, str | None]:
+def _restart(run: _Run, marker: Location, config: str) -> tuple[bool, str | None, str | None]:
+    request = run.request
     if kind_of(marker) is None:
         return False, None, "containerd's config was already up to date"
     if not request.restart:
         return False, None, "restart disabled; restart containerd to use the runtime"
+    if request.target.containerd_pid_file is not None:
+        _restart_by_pid_file(run, request.target.containerd_pid_file, config)
+        os.unlink(marker.name, dir_fd=marker.directory)
+        return True, None, None
+    runner = run.runner
     command: Sequence[str] = request.restart_command
     if not request.target.units and any(UNIT_PLACEHOLDER in a for a in command):
         return False, None, "systemd-unit-name is empty; restart containerd to use the runtime"
     unit = restart_containerd(request.target.units, command=command, runner=runner)
     os.unlink(marker.name, dir_fd=marker.directory)
     return True, unit, None
+
+
+def _restart_by_pid_file(run: _Run, pid_file: str, config: str) -> None:
+    """SIGTERM the containerd of `pid_file` and wait for its supervisor's next one, until the
+    socket of containerd's `config` ([grpc] address) accepts a connection."""
+    host = run.host
+    shown = PurePosixPath("/" + pid_file)
+
+    def read_pid_file() -> bytes | None:
+        try:
+            return read_file(host.resolve(shown, follow=True))
+        except (FileNotFoundError, HostPathError):
+            return None
+
+    socket_path = PurePosixPath(grpc_address(config))
+
+    def socket_answers() -> bool:
+        try:
+            location = host.resolve(socket_path, follow=True)
+        except (FileNotFoundError, HostPathError):
+            return False
+        # Through the directory's descriptor: a host root prefix could overflow sun_path.
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.settimeout(1)
+            try:
+                client.connect(f"/proc/self/fd/{location.directory}/{location.name}")
+            except OSError:
+                return False
+        return True
+
+    restart_by_pid_file(read_pid_file, shown=str(shown), socket_answers=socket_answers)

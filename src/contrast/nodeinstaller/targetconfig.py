@@ -10,9 +10,10 @@ Values are strings; unknown keys are errors, so a misspelt key is never silently
 | --- | --- | --- |
 | `containerd-config-path` | `etc/containerd/config.toml` | relative to the host root |
 | `systemd-unit-name` | `containerd.service` | units separated by commas or spaces; the first one that can be restarted is; empty: never restart |
+| `containerd-pid-file` | none | a node without systemd: containerd's pid file (relative to the host root), written by the supervisor that starts containerd again when it exits; containerd is restarted by SIGTERM to that pid instead of through systemd |
 | `kata-config-path` | the runtime's `etc/configuration-….toml` | where the Kata config is written, relative to the host root |
 | `artefacts-dir` | `/usr/share/contrast/runtimes/<platform>` | where the installer finds the artefacts (in its own file system, not the host's) |
-| `emulated-python` | `/usr/bin/python3` | emulated platforms: the node's Python with Contrast installed, which runs the runtime |
+| `emulated-python` | none | emulated platforms: the node's Python with Contrast installed, which runs the runtime; none: the installer copies its own Python (the node-installer image's) into the runtime's directory and the runtime runs that |
 | `emulated-runc` | `runc` | emulated platforms: the node's runc (a bare name is looked up in containerd's PATH) |
 """  # noqa: E501
 
@@ -48,19 +49,22 @@ class TargetConfig(BaseModel):
         default=DEFAULT_CONTAINERD_CONFIG, alias="containerd-config-path"
     )
     systemd_unit_name: str = Field(default=DEFAULT_UNIT, alias="systemd-unit-name")
+    containerd_pid_file: str | None = Field(default=None, alias="containerd-pid-file")
     kata_config_path: str | None = Field(default=None, alias="kata-config-path")
     artefacts_dir: str | None = Field(default=None, alias="artefacts-dir")
-    emulated_python: str = Field(default="/usr/bin/python3", alias="emulated-python")
+    emulated_python: str | None = Field(default=None, alias="emulated-python")
     emulated_runc: str = Field(default="runc", alias="emulated-runc")
 
-    @field_validator("containerd_config_path", "kata_config_path")
+    @field_validator("containerd_config_path", "kata_config_path", "containerd_pid_file")
     @classmethod
     def _relative(cls, value: str | None) -> str | None:
         return None if value is None else _host_relative(value)
 
     @field_validator("emulated_python", "emulated_runc")
     @classmethod
-    def _program(cls, value: str) -> str:
+    def _program(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         value = value.strip()
         if not value or "\n" in value or "\0" in value:
             raise ValueError("names no program")
