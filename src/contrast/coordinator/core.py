@@ -183,19 +183,27 @@ class Coordinator:
 
     @property
     def mode(self) -> Mode:
-        if self._state is not None:
-            return Mode.READY
         self._notice_history()
+        if self._state is not None:  # also when it got its state while the history was read
+            return Mode.READY
         return Mode.RECOVERY if self._recovering else Mode.NO_MANIFEST
 
     def _notice_history(self) -> None:
-        """Without a manifest, a history another replica started makes this one recover."""
+        """Without a manifest, a history another replica started makes this one recover.
+
+        `_recovering` means something only while there is no state: the read of the store is
+        unlocked (the readiness probe asks) and may end after peer recovery or a first
+        SetManifest gave this replica its state, and then sets a flag no one reads. (Read as it
+        was, it made a ready replica refuse every SetManifest as "in recovery mode".)
+        """
         if self._state is None and not self._recovering:
             try:
-                if self._history.has_latest():
-                    self._recovering = True
+                started = self._history.has_latest()
             except HistoryError as error:
                 log.warning("cannot read the history: %s", error.explain())
+                return
+            if started and self._state is None:
+                self._recovering = True
 
     @property
     def generation(self) -> int:
@@ -349,12 +357,12 @@ class Coordinator:
             self._ready_state()  # follow a manifest set through another replica first
         with self._lock:
             self._notice_history()
-            if self._recovering:
+            state = self._state
+            if state is None and self._recovering:
                 raise NotReady(
                     "the Coordinator is in recovery mode",
                     hint=self._recovery_hint(manifest_bytes, previous_transition_hash),
                 )
-            state = self._state
             if state is not None and self._made_the_head(
                 state,
                 manifest_bytes=manifest_bytes,
@@ -644,9 +652,9 @@ class Coordinator:
         """
         with self._lock:
             self._notice_history()
+            if self._state is not None:
+                raise NotReady("the Coordinator is not in recovery mode: already recovered")
             if not self._recovering:
-                if self._state is not None:
-                    raise NotReady("the Coordinator is not in recovery mode: already recovered")
                 raise NotReady("there is nothing to recover", hint="run contrast set")
             try:
                 engine = SeedEngine(seed, salt)
