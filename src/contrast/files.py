@@ -6,12 +6,13 @@ import fcntl
 import os
 import re
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contrast import syncfs
 from contrast.boundedfile import read_bounded
 
 if TYPE_CHECKING:
@@ -32,6 +33,41 @@ def write_atomically(path: Path, data: bytes, *, mode: int = 0o644) -> None:
     staged = stage(path, data, mode=mode)
     staged.commit()
     sync_directory(path.parent)
+
+
+def write_all_atomically(files: Sequence[tuple[Path, bytes]], *, mode: int = 0o644) -> None:
+    """`write_atomically` of each file, with one sync for all of them.
+
+    Every file's data is written to its temporary file unsynced, their file systems are synced
+    once (`contrast.syncfs`, a descriptor on each opened before the first write there, so that a
+    writeback error is reported), and only then are the files renamed into place, in order, and
+    each directory synced once. So a crash at any point leaves each file old or new, and no new
+    file before every new file's data is on disk; when this returns, all are durable. Where
+    `syncfs` cannot report errors (Linux before 5.8) each file is synced as it is staged.
+    """
+    file_systems = syncfs.FileSystems() if syncfs.available() else None
+    directories = list(dict.fromkeys(path.parent for path, _ in files))
+    staged: list[StagedFile] = []
+    committed = 0
+    try:
+        for directory in directories:
+            directory.mkdir(parents=True, exist_ok=True)
+            if file_systems is not None:
+                file_systems.add(directory)  # before the first write there (syncfs's docstring)
+        for path, data in files:
+            staged.append(stage(path, data, mode=mode, sync=file_systems is None))
+        if file_systems is not None:
+            file_systems.sync()
+        for file in staged:
+            file.commit()
+            committed += 1
+        for directory in directories:
+            sync_directory(directory)
+    finally:
+        for file in staged[committed:]:
+            file.discard()
+        if file_systems is not None:
+            file_systems.close()
 
 
 @dataclass(frozen=True)

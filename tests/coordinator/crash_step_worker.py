@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
@@ -71,6 +72,13 @@ class DiesAfterWrites:
     def put(self, key: str, value: bytes) -> None:
         self._store.put(key, value)
         self._wrote(key)
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        # One write at a time, each a place to die: every state a kill inside a batch can leave
+        # (some entries in place, each whole: `Store.put_many`) is one of these. The batch's own
+        # kills, before its sync and between its renames, are tests/history/test_batches.py's.
+        for key, value in entries.items():
+            self.put(key, value)
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         self._store.compare_and_swap(key, expected, value)

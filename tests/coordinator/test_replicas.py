@@ -10,7 +10,7 @@ whose reference values do not match.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 
@@ -144,6 +144,10 @@ class RunsFirst:
     def put(self, key: str, value: bytes) -> None:
         self._before_write()
         self._store.put(key, value)
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        self._before_write()
+        self._store.put_many(entries)
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         self._before_write()

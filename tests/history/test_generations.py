@@ -10,6 +10,7 @@ ConfigMaps on the test cluster's real API server.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,9 @@ class CountingStore:
 
     def put(self, key: str, value: bytes) -> None:
         self._store.put(key, value)
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        self._store.put_many(entries)
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         self._store.compare_and_swap(key, expected, value)

@@ -35,7 +35,7 @@ import base64
 import contextlib
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -92,6 +92,11 @@ class ConfigMapStore:
         """Create the entry; one that exists already is left alone (its name is its content)."""
         with contextlib.suppress(ConcurrentUpdate):
             self._call(key, lambda: self._create(key, value))
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        """One create after the other, in order: each is durable once the API server answers."""
+        for key, value in entries.items():
+            self.put(key, value)
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         found = self._read(key)

@@ -35,7 +35,11 @@ history can move between backends. Beyond the original, so that a manifest of 10
 
 Entries are written before the head and the head is replaced by compare-and-swap, so a crash at any
 point leaves the old head (plus unreferenced entries, a CA sealed by a seed that died with its
-process among them) or the new one. Every read re-hashes, and the
+process among them) or the new one. A manifest's packs, index and pointer, and a chunked
+manifest's chunks and index, are each written as one batch (`Store.put_many`): on files one sync
+for the batch instead of one per entry (540 packs at 10 000 real-size workloads), with every
+entry's data durable before any of them is renamed into place, and all of them before `put_many`
+returns, so before the head can move. Every read re-hashes, and the
 head's signature is checked, so tampering shows up as an error, never as a silently different
 state.
 """
@@ -209,6 +213,33 @@ def _unpack(data: bytes, name: bytes) -> Iterator[bytes]:
         at = end
 
 
+def _addressed(kind: str, data: bytes, batch: dict[str, bytes]) -> bytes:
+    """Add `data` to `batch` at `<kind>/<its hash>`; its hash."""
+    check_size(kind.removesuffix("s"), data)
+    name = digest(data)
+    batch[f"{kind}/{name.hex()}"] = data
+    return name
+
+
+def _chunked(kind: str, data: bytes, batch: dict[str, bytes]) -> bytes:
+    """Add `data` to `batch` at `<kind>/<its hash>`, split into `chunks/` (added first) when
+    larger than one entry; its hash."""
+    if len(data) <= MAXIMUM_ENTRY_SIZE:
+        return _addressed(kind, data, batch)
+    if len(data) > MAXIMUM_CHUNKED_SIZE:
+        raise EntryTooLarge(
+            f"the {kind.removesuffix('s')} is {len(data)} bytes; the history holds at most"
+            f" {MAXIMUM_CHUNKED_SIZE}"
+        )
+    hashes = [
+        _addressed("chunks", data[start : start + MAXIMUM_ENTRY_SIZE], batch)
+        for start in range(0, len(data), MAXIMUM_ENTRY_SIZE)
+    ]
+    name = digest(data)
+    batch[f"{kind}/{name.hex()}"] = CHUNKED_MAGIC + b"".join(hashes)
+    return name
+
+
 class History:
     """Typed access to a store holding the manifest history."""
 
@@ -218,27 +249,24 @@ class History:
         self._counts: dict[bytes, int] = {}  # generations read (signature checked) or written
 
     def _put_addressed(self, kind: str, data: bytes) -> bytes:
-        check_size(kind.removesuffix("s"), data)
-        name = digest(data)
-        self.store.put(f"{kind}/{name.hex()}", data)
+        batch: dict[str, bytes] = {}
+        name = _addressed(kind, data, batch)
+        self.store.put(*batch.popitem())
         return name
 
     def _put_chunked(self, kind: str, data: bytes) -> bytes:
         """`data` at `<kind>/<its hash>`, split into `chunks/` when larger than one entry."""
-        if len(data) <= MAXIMUM_ENTRY_SIZE:
-            return self._put_addressed(kind, data)
-        if len(data) > MAXIMUM_CHUNKED_SIZE:
-            raise EntryTooLarge(
-                f"the {kind.removesuffix('s')} is {len(data)} bytes; the history holds at most"
-                f" {MAXIMUM_CHUNKED_SIZE}"
-            )
-        hashes = [
-            self._put_addressed("chunks", data[start : start + MAXIMUM_ENTRY_SIZE])
-            for start in range(0, len(data), MAXIMUM_ENTRY_SIZE)
-        ]
-        name = digest(data)
-        self.store.put(f"{kind}/{name.hex()}", CHUNKED_MAGIC + b"".join(hashes))
+        batch: dict[str, bytes] = {}
+        name = _chunked(kind, data, batch)
+        self._write(batch)
         return name
+
+    def _write(self, batch: dict[str, bytes]) -> None:
+        """The entries of `batch`, in order (each one refers only to those before it)."""
+        if len(batch) == 1:
+            self.store.put(*batch.popitem())
+        else:
+            self.store.put_many(batch)
 
     def _get_chunked(self, kind: str, name: bytes) -> bytes:
         """The entry `_put_chunked` wrote, joined and checked against `name` as a whole."""
@@ -314,10 +342,13 @@ class History:
                     covered.update(used)
         pack: list[bytes] = []
         size = 0
+        # Packs, index and pointer are written as one batch (`Store.put_many`): one sync for
+        # all, and the pointer in place only once everything it reaches is.
+        batch: dict[str, bytes] = {}
 
         def flush() -> None:
             data = b"".join(len(documents[h]).to_bytes(_LENGTH, "big") + documents[h] for h in pack)
-            index.append((self._put_addressed("packs", data), list(pack)))
+            index.append((_addressed("packs", data, batch), list(pack)))
 
         for policy_hash, document in documents.items():
             if policy_hash in covered:
@@ -334,8 +365,9 @@ class History:
             pack_hash + len(members).to_bytes(_LENGTH, "big") + b"".join(members)
             for pack_hash, members in index
         )
-        index_hash = self._put_chunked("policyindexes", encoded)
-        self.store.put(f"policysets/{manifest_hash.hex()}", index_hash)
+        index_hash = _chunked("policyindexes", encoded, batch)
+        batch[f"policysets/{manifest_hash.hex()}"] = index_hash
+        self._write(batch)
 
     def _index_of(self, manifest_hash: bytes) -> list[tuple[bytes, list[bytes]]] | None:
         """The packs holding a manifest's policies and what each holds; None: stored unpacked."""

@@ -4,7 +4,8 @@ The history needs three things from storage: put an immutable entry, read an ent
 the head only if it still has the value the writer last saw. The file-system backend does that on
 any POSIX file system (a Kubernetes persistent volume included): each write goes to a temporary
 file, is fsynced and renamed over the old one; the compare-and-swap holds an `flock` on a lock file
-so two Coordinator processes on one volume cannot interleave.
+so two Coordinator processes on one volume cannot interleave. A batch of entries (`put_many`: a
+manifest's policy packs, a chunked manifest) is synced once, not once per file.
 """
 
 from __future__ import annotations
@@ -13,12 +14,12 @@ import fcntl
 import logging
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from contrast.files import remove_orphaned_temporaries, write_atomically
+from contrast.files import remove_orphaned_temporaries, write_all_atomically, write_atomically
 from contrast.history.errors import ConcurrentUpdate, HistoryError
 
 log = logging.getLogger(__name__)
@@ -34,6 +35,14 @@ class Store(Protocol):
 
     def put(self, key: str, value: bytes) -> None:
         """Write `value` at `key` durably (content-addressed entries never change)."""
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        """`put` each entry, in order, durably by the time this returns.
+
+        A backend may make them durable together, but never puts an entry in place before the
+        data of every entry of the batch is durable: a crash leaves some of them written, each
+        whole, and the ones written readable, as a crash between `put`s would.
+        """
 
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         """Write `value` at `key` only if it currently holds `expected` (None: absent).
@@ -114,6 +123,19 @@ class FileSystemStore:
         except OSError as error:
             raise HistoryError(f"cannot write {key} to {self.root}: {error.strerror}") from None
 
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        """Every entry's data on disk with one `syncfs` before the first rename, then the
+        renames in order and one fsync per directory (`write_all_atomically`): a manifest's 540
+        packs at 10 000 real-size workloads were 540 fsyncs and 540 directory fsyncs."""
+        files = [(self._path(key), value) for key, value in entries.items()]
+        try:
+            with self._locked(shared=True):
+                write_all_atomically(files, mode=0o600)
+        except OSError as error:
+            raise HistoryError(
+                f"cannot write {len(files)} entries to {self.root}: {error.strerror}"
+            ) from None
+
     def compare_and_swap(self, key: str, expected: bytes | None, value: bytes) -> None:
         path = self._path(key)
         try:
@@ -164,6 +186,10 @@ class MemoryStore:
     def put(self, key: str, value: bytes) -> None:
         check_key(key)
         self.entries[key] = value
+
+    def put_many(self, entries: Mapping[str, bytes]) -> None:
+        for key, value in entries.items():
+            self.put(key, value)
 
     def describe(self, key: str) -> str:
         check_key(key)
