@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import io
 import tarfile
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from contrast.imagebuild.build import build
 from contrast.imagebuild.debian import excluded
 from contrast.imagebuild.layer import Entry, write_layer
 from contrast.imagebuild.lock import BuildError, Lock, Wheel
+from contrast.imagebuild.python import project_wheel
 
 
 def test_a_layer_is_the_same_bytes_whatever_the_order_of_its_entries() -> None:
@@ -75,3 +77,25 @@ def test_a_build_outside_a_checkout_says_where_the_source_must_come_from(tmp_pat
         build(tmp_path, tmp_path / "out", lock=lock, cache=tmp_path / "cache", epoch=1)
     assert "--source" in error.value.explain()
     assert not (tmp_path / "out").exists()
+
+
+def test_the_project_wheel_holds_the_source_and_not_what_an_earlier_build_left(
+    tmp_path: Path,
+) -> None:
+    """setuptools builds in the source's build/: a module deleted since stays in build/lib there."""
+    repo = Path(__file__).resolve().parents[2]
+    checkout = tmp_path / "checkout"
+    checkout.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        (checkout / name).write_bytes((repo / name).read_bytes())
+    (checkout / "src/contrast").mkdir(parents=True)
+    (checkout / "src/contrast/__init__.py").write_text('"""A checkout."""\n')
+    stale = checkout / "build/lib/contrast/deleted_since.py"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("LEFT = 'by an earlier build'\n")
+    wheel = project_wheel(checkout, tmp_path / "out" / "wheel", epoch=1)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "contrast/__init__.py" in names
+    assert "contrast/deleted_since.py" not in names
+    assert stale.is_file()  # the checkout is read, never written
+    assert not (checkout / "src/contrast.egg-info").exists()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -79,12 +80,30 @@ def download(wheels: Sequence[Wheel], cache: Path, scratch: Path) -> None:
     )  # fmt: skip
 
 
+# What the wheel is built from: setuptools reads nothing else (pyproject.toml's readme and
+# packages.find under src).
+PROJECT_FILES = ("pyproject.toml", "README.md")
+PROJECT_TREE = "src"
+_NOT_SOURCE = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+
+
 def project_wheel(source: Path, output: Path, *, epoch: int) -> Path:
-    """This project's wheel, built from `source` without build isolation (offline)."""
+    """This project's wheel, built from a copy of `source` without build isolation (offline).
+
+    From a copy in `output`'s parent, never in place: setuptools builds in the source's `build/`,
+    where a checkout keeps whatever an earlier build left (a module deleted since is still in
+    `build/lib` and would be shipped), and two builds of one checkout at once collide there.
+    """
+    copy = output.parent / f"{output.name}-source"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir(parents=True)
+    for name in PROJECT_FILES:
+        shutil.copy2(source / name, copy / name)
+    shutil.copytree(source / PROJECT_TREE, copy / PROJECT_TREE, ignore=_NOT_SOURCE)
     output.mkdir(parents=True, exist_ok=True)
     _run(
         [*PIP, "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", str(output),
-         str(source)],
+         str(copy)],
         "building the contrast wheel",
         env={**os.environ, "SOURCE_DATE_EPOCH": str(epoch)},
     )  # fmt: skip
