@@ -17,9 +17,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
-import json
-import re
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,10 +25,11 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML
 
+from contrast.local import kubecluster
+from contrast.local.kubecluster import RELEASE_PREFIX, KubeCluster
 from contrast.policy import initdata
 from tests.kube.cluster import Cluster
 
-RELEASE_PREFIX = "ghcr.io/contrast-python/"
 FORWARDER_NAME = "port-forwarder-coordinator"
 USER_API_PORT = 1313
 # The release images' interpreter (Debian bookworm's; the images have no python3 link).
@@ -44,36 +42,13 @@ FORWARDER_YAML = (
 
 
 def push_release(layout: Path, registry: str, directory: Path) -> Path:
-    """Copies every release image of `layout` into `registry`, and writes the
-    `--image-replacements` file naming each by its pushed digest; returns the file's path."""
-    lines = []
-    for reference in layout_references(layout):
-        name_and_tag = reference.removeprefix(RELEASE_PREFIX)
-        digest_file = directory / f"{name_and_tag.replace(':', '_')}.digest"
-        subprocess.run(
-            [
-                "skopeo", "copy", "--quiet", "--dest-tls-verify=false",
-                "--digestfile", str(digest_file),
-                f"oci:{layout}:{reference}", f"docker://{registry}/{name_and_tag}",
-            ],
-            check=True, capture_output=True, timeout=600,
-        )  # fmt: skip
-        digest = digest_file.read_text().strip()
-        repository = name_and_tag.rpartition(":")[0]
-        lines.append(f"{reference}={registry}/{repository}@{digest}")
+    """Copies every release image of `layout` into `registry` (as the Kubernetes demo does,
+    contrast.local.kubecluster.push_release), and writes the `--image-replacements` file naming
+    each by its pushed digest; returns the file's path."""
+    pushed = kubecluster.push_release(layout, registry, directory)
     replacements = directory / "image-replacements.txt"
-    replacements.write_text("\n".join(lines) + "\n")
+    replacements.write_text("".join(f"{ref}={image}\n" for ref, image in pushed.items()))
     return replacements
-
-
-def layout_references(layout: Path) -> list[str]:
-    """The release references an OCI layout names (`org.opencontainers.image.ref.name`)."""
-    index = json.loads((layout / "index.json").read_text())
-    names = [
-        m.get("annotations", {}).get("org.opencontainers.image.ref.name", "")
-        for m in index["manifests"]
-    ]
-    return sorted(name for name in names if name.startswith(RELEASE_PREFIX))
 
 
 def documents_of(text: str) -> list[dict[str, Any]]:
@@ -175,27 +150,7 @@ def forwarder_pod(namespace: str, image: str) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def port_forward(cluster: Cluster, namespace: str, target: str, port: int) -> Iterator[int]:
-    """`kubectl port-forward TARGET :PORT` for the duration; yields the local port."""
-    process = subprocess.Popen(
-        [
-            str(cluster.kubectl_path), "--kubeconfig", str(cluster.kubeconfig),
-            "-n", namespace, "port-forward", "--address", "127.0.0.1", target, f":{port}",
-        ],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    try:
-        assert process.stdout is not None
-        line = process.stdout.readline().decode()
-        match = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) ->", line)
-        if not match:
-            process.kill()
-            _, stderr = process.communicate(timeout=10)
-            pytest.fail(f"kubectl port-forward {target}: {line}{stderr.decode(errors='replace')}")
-        yield int(match.group(1))
-    finally:
-        process.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    """`kubectl port-forward TARGET :PORT` for the duration (the demo's, KubeCluster's); yields
+    the local port."""
+    with KubeCluster(cluster.directory).port_forward(namespace, target, (port,)) as ports:
+        yield ports[port]
