@@ -135,32 +135,40 @@ def test_private_exceptions_stay_in_their_module() -> None:
     assert not escaped, f"private exceptions named outside their module: {escaped}"
 
 
-def _raised_names(tree: ast.AST) -> set[str]:
-    names = set()
+def _raises(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of each `raise Name(...)` or `raise module.Name` in `tree`."""
+    found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Raise) and node.exc is not None:
             raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
             if isinstance(raised, ast.Name):
-                names.add(raised.id)
+                found.append((node.lineno, raised.id))
             elif isinstance(raised, ast.Attribute):
-                names.add(raised.attr)
-    return names
+                found.append((node.lineno, raised.attr))
+    return found
 
 
-@pytest.mark.parametrize("package", ["ca", "attestation"])
+# Raises a package still makes of others' errors or the bare root, counted by file: the check
+# fails when a count changes either way. cli/release.py is another change's, still in flight.
+KNOWN_FOREIGN_RAISES = {"cli/release.py": 6}
+
+
+@pytest.mark.parametrize("package", ["ca", "attestation", "cli"])
 def test_a_package_raises_only_its_own_errors(package: str) -> None:
     """A package raises its own errors (or a builtin), not another package's nor the bare root.
 
     Issue 27: `ca/sealed.py` raised `history` errors, so the Coordinator could not tell a damaged
     history entry from a CA sealed by another seed; `attestation` raised the bare `ContrastError`
-    for bad arguments. Checked for these two (other packages still raise the bare root).
+    for bad arguments; the CLI's commands raised the bare root for their options, and the
+    Coordinator package's CannotListen for a port of their own (cli.errors has both now).
+    Checked for these three (other packages still raise the bare root).
     """
-    foreign = []
+    foreign: dict[str, list[str]] = defaultdict(list)
     for path in sorted((SOURCE / package).rglob("*.py")):
         module = importlib.import_module(
             ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts)
         )
-        for name in _raised_names(ast.parse(path.read_text(), str(path))):
+        for line, name in _raises(ast.parse(path.read_text(), str(path))):
             value = getattr(module, name, None)
             if (
                 inspect.isclass(value)
@@ -168,5 +176,7 @@ def test_a_package_raises_only_its_own_errors(package: str) -> None:
                 and value.__module__.startswith("contrast.")
                 and not value.__module__.startswith(f"contrast.{package}.")
             ):
-                foreign.append(f"{path.relative_to(SOURCE)}: {_describe(value)}")
-    assert not foreign, f"{package} raises other packages' errors: {foreign}"
+                foreign[str(path.relative_to(SOURCE))].append(f"{line}: {_describe(value)}")
+    known = {file: n for file, n in KNOWN_FOREIGN_RAISES.items() if file.startswith(f"{package}/")}
+    counted = {file: len(places) for file, places in foreign.items()}
+    assert counted == known, f"{package} raises other packages' errors: {dict(foreign)}"

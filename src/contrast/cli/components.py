@@ -18,9 +18,10 @@ from typing import Any
 from contrast import logs
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.issuers import TeeKind, make_issuer
+from contrast.cli.errors import CannotListen, UsageError
 from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.peers import DEFAULT_INTERVAL, PeerRecovery, PeerSources
-from contrast.coordinator.server import CannotListen, CoordinatorServer, Ports
+from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.coordinator.transit.server import TransitServer
 from contrast.coordinator.workers import MeshWorkers, worker_config
 from contrast.errors import ContrastError
@@ -148,7 +149,7 @@ def _issuer(arguments: argparse.Namespace) -> Any:
         try:
             policy_hash = bytes.fromhex(arguments.policy_hash)
         except ValueError:
-            raise ContrastError(f"--policy-hash {arguments.policy_hash!r} is not hex") from None
+            raise UsageError(f"--policy-hash {arguments.policy_hash!r} is not hex") from None
     return make_issuer(arguments.tee, state_dir=arguments.tee_state, policy_hash=policy_hash)
 
 
@@ -177,7 +178,7 @@ def _serve_coordinator(arguments: argparse.Namespace) -> int:
     )
     coordinator = Coordinator(History(store), verifier_for=workload_verifier)
     if arguments.peer_interval <= 0:
-        raise ContrastError("--peer-interval must be more than 0 seconds")
+        raise UsageError("--peer-interval must be more than 0 seconds")
     peers = PeerRecovery(
         coordinator,
         issuer,

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from contrast.atls.issuers import TeeKind
-from contrast.errors import ContrastError
+from contrast.cli.errors import CliError, UsageError
 from contrast.imagebuild.cli import main as build_images
 from contrast.local.demo import run_demo
 
@@ -69,7 +69,7 @@ def run(arguments: argparse.Namespace) -> int:
     if arguments.containers:
         images = arguments.images or _build_images(workdir / "images")
     elif arguments.images is not None:
-        raise ContrastError("--images is for --containers", hint="add --containers")
+        raise UsageError("--images is for --containers", hint="add --containers")
     run_demo(workdir, tee=arguments.tee, images=images)
     return 0
 
@@ -79,5 +79,5 @@ def _build_images(layout: Path) -> Path:
     if not (layout / "index.json").exists():
         print(f"building the release images into {layout} (a few minutes, once)")
         if build_images(["--output", str(layout)]) != 0:
-            raise ContrastError("the release images could not be built (see above)")
+            raise CliError("the release images could not be built (see above)")
     return layout

@@ -11,7 +11,7 @@ from contrast.attestation import tee
 from contrast.attestation import verdict as verdicts
 from contrast.attestation.certificates import parse_time
 from contrast.boundedfile import read_bounded
-from contrast.errors import ContrastError
+from contrast.cli.errors import CliError
 
 EXIT_VALID = 0
 EXIT_INVALID = 1
@@ -147,4 +147,4 @@ def _read(path: Path, what: str, max_bytes: int) -> bytes:
     try:
         return read_bounded(path, max_bytes, what=f"the {what}", hint=_HINTS[what])
     except OSError as error:
-        raise ContrastError(f"cannot read {what} {path}: {error.strerror}") from None
+        raise CliError(f"cannot read {what} {path}: {error.strerror}") from None

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contrast.cli.errors import UsageError
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
 from contrast.client.workspace import MANIFEST, SEEDSHARE_OWNER_KEY, WORKLOAD_OWNER_KEY
-from contrast.errors import ContrastError
 from contrast.generate import pipeline
 from contrast.platforms import PLATFORMS, by_name
 
@@ -179,13 +179,13 @@ def _workspace_values(workspace: Path) -> Path | None:
 def _options(arguments: argparse.Namespace) -> pipeline.Options:
     workspace: Path = arguments.workspace_dir
     if arguments.disable_updates and arguments.add_workload_owner_key:
-        raise ContrastError("--disable-updates and --add-workload-owner-key exclude each other")
+        raise UsageError("--disable-updates and --add-workload-owner-key exclude each other")
     owners = arguments.add_workload_owner_key or [workspace / WORKLOAD_OWNER_KEY]
     seedshares = arguments.add_seedshare_owner_key or [workspace / SEEDSHARE_OWNER_KEY]
     if arguments.disable_updates:
         owners = []
     if not 1 <= arguments.seedshare_threshold <= len(seedshares):
-        raise ContrastError(
+        raise UsageError(
             f"--seedshare-threshold {arguments.seedshare_threshold} needs as many seed share"
             f" owner keys, and there are {len(seedshares)}",
             hint="pass --add-seedshare-owner-key once per owner, at least K times",

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contrast.errors import ContrastError
+from contrast.cli.errors import UsageError
 from contrast.nodeinstaller.install import (
     InstallReport,
     InstallRequest,
@@ -64,7 +64,7 @@ def run_node_installer(arguments: argparse.Namespace) -> int:
     description = None
     if arguments.payload is not None:
         if arguments.artefacts is not None:
-            raise ContrastError("--artefacts is for --platform; a payload holds its artefacts")
+            raise UsageError("--artefacts is for --platform; a payload holds its artefacts")
         description = load_payload(arguments.payload)
         platform = by_name(description.platform)
     else:

@@ -22,6 +22,7 @@ from ruamel.yaml.error import YAMLError
 
 from contrast.boundedfile import read_bounded, read_stream_bounded
 from contrast.boundedjson import JsonInputError, JsonLimits, NotJson, load
+from contrast.cli.errors import CliError
 from contrast.errors import ContrastError
 from contrast.kuberesource import yamlbounds
 from contrast.kuberesource.workloads import Workload, workloads
@@ -50,7 +51,7 @@ _EXIT_CODES = f"""exit codes:
 _REGO_PACKAGE = re.compile(r"^\s*package\s", re.MULTILINE)
 
 
-class PolicyInputError(ContrastError):
+class PolicyInputError(CliError):
     """A policy or request file that cannot be used."""
 
 

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from contrast.cli.errors import UsageError
 from contrast.client import operations
 from contrast.client.workspace import (
     MANIFEST,
@@ -16,9 +17,6 @@ from contrast.client.workspace import (
     WORKLOAD_OWNER_KEY,
     Workspace,
 )
-from contrast.errors import ContrastError
-from contrast.manifest.model import Manifest
-from contrast.policy.initdata import Initdata, InitdataError, policy_hash
 
 _POLICY_HASH = re.compile(r"[0-9a-fA-F]{64}")
 # One call to the Coordinator; an hour is far beyond any answer it gives.
@@ -127,7 +125,7 @@ def _common(parser: argparse.ArgumentParser, *, coordinator_required: bool = Tru
 
 def _policy_hash(value: str) -> str:
     if not _POLICY_HASH.fullmatch(value):
-        raise ContrastError(
+        raise UsageError(
             f"--coordinator-policy-hash {value!r} is not a policy hash",
             hint="give the 64 hex digits of the Coordinator's policy hash",
         )
@@ -137,7 +135,7 @@ def _policy_hash(value: str) -> str:
 def _timeout(value: float) -> float:
     # gRPC turns the timeout into a deadline: NaN, negative and huge values break it.
     if not 0 < value <= MAX_TIMEOUT_SECONDS:  # also false for NaN
-        raise ContrastError(
+        raise UsageError(
             f"--timeout {value} is not a number of seconds",
             hint=f"give more than 0 and at most {MAX_TIMEOUT_SECONDS} seconds",
         )
@@ -158,7 +156,7 @@ def _target(arguments: argparse.Namespace) -> tuple[operations.Target, Workspace
 def run_set(arguments: argparse.Namespace) -> int:
     target, workspace = _target(arguments)
     if not arguments.resources.is_dir():
-        raise ContrastError(
+        raise UsageError(
             f"{arguments.resources} is not a directory",
             hint="pass the directory of the resources contrast generate wrote",
         )
@@ -190,40 +188,9 @@ def run_verify(arguments: argparse.Namespace) -> int:
         _warn(result.seen.unchecked_warning())
     print(f"✔ Verified: the active manifest is {target.manifest_path}")
     print(f"  wrote {result.directory} ({result.manifests} manifests in the history)")
-    for warning in debug_warnings(result.directory, result.manifests):
+    for warning in result.debug_warnings:
         _warn(warning)
     return 0
-
-
-def debug_warnings(directory: Path, manifests: int) -> list[str]:
-    """One line per policy of the active manifest whose initdata opens the insecure debug shell.
-
-    Read from what `verify` wrote (the active manifest and every policy's initdata): the flag is
-    in the document the policy hash covers, so a debug-enabled pod cannot pass as another.
-    """
-    if manifests < 1:
-        return []
-    # The Coordinator's active manifest, which it checked when it was set.
-    data = (directory / f"manifest.{manifests - 1}.json").read_bytes()
-    policies = Manifest.from_bytes(data, checked=True).policies
-    warnings = []
-    for path in sorted(directory.glob("initdata.*.toml")):
-        toml = path.read_bytes()
-        entry = policies.get(policy_hash(toml).hex())
-        if entry is None:
-            continue
-        name = entry.workload_secret_id or ", ".join(entry.sans)
-        try:
-            debug = Initdata.from_toml(toml).insecure_debug
-        except InitdataError as error:
-            warnings.append(f"policy {path.name} ({name}) cannot be read: {error}")
-            continue
-        if debug:
-            warnings.append(
-                f"INSECURE: policy {policy_hash(toml).hex()[:16]}… ({name}) enables the debug"
-                " shell: whoever can exec into that pod has a shell in its confidential VM"
-            )
-    return warnings
 
 
 def run_recover(arguments: argparse.Namespace) -> int:
@@ -232,7 +199,7 @@ def run_recover(arguments: argparse.Namespace) -> int:
     keys = arguments.seedshare_owner_key
     if arguments.decrypt_share_to is not None:
         if len(keys) > 1 or arguments.share:
-            raise ContrastError("--decrypt-share-to opens one owner's share: pass one key")
+            raise UsageError("--decrypt-share-to opens one owner's share: pass one key")
         written = operations.decrypt_share(
             workspace,
             seedshare_owner_key=keys[0] if keys else workspace.path(SEEDSHARE_OWNER_KEY),
@@ -242,7 +209,7 @@ def run_recover(arguments: argparse.Namespace) -> int:
         print(f"✔ Seed share opened into {written} (owner-only): hand it to whoever recovers")
         return 0
     if arguments.coordinator is None:
-        raise ContrastError(
+        raise UsageError(
             "recover needs the Coordinator: pass -c HOST:PORT",
             hint="only --decrypt-share-to works without it",
         )
