@@ -8,14 +8,14 @@ trace when `generate` runs again without it.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from contrast.cli.policy import load_policy_text
-from contrast.cli.userapi import debug_warnings
+from contrast.client.operations import debug_warnings
 from contrast.kuberesource import debugshell
+from contrast.manifest.model import Manifest
 from contrast.policy.initdata import (
     ANNOTATION,
     Initdata,
@@ -88,7 +88,7 @@ def test_the_flag_adds_the_sidecar_and_the_attested_flag_and_leaves_no_trace(
 
 
 def test_verify_warns_for_each_debug_policy_of_the_active_manifest(
-    workspace: GenerateWorkspace, tmp_path: Path
+    workspace: GenerateWorkspace,
 ) -> None:
     prepared(workspace)
     assert workspace.generate(*EMULATED, FLAG, str(workspace.resources)) == 0
@@ -98,20 +98,14 @@ def test_verify_warns_for_each_debug_policy_of_the_active_manifest(
     plain_manifest = (workspace.root / "manifest.json").read_bytes()
     plain_initdata = [_initdata(pod) for pod in _pods(workspace)]
 
-    # What `verify` writes: the history's manifests and every policy's initdata.
-    verify = tmp_path / "verify"
-    verify.mkdir()
-    for toml in debug_initdata + plain_initdata:
-        (verify / f"initdata.{policy_hash(toml).hex()}.toml").write_bytes(toml)
-    (verify / "manifest.0.json").write_bytes(plain_manifest)
-    (verify / "manifest.1.json").write_bytes(debug_manifest)
-    warnings = debug_warnings(verify, 2)
+    # What `verify` holds: the active manifest and the documents GetManifests sent.
+    documents = debug_initdata + plain_initdata
+    warnings = debug_warnings(Manifest.from_bytes(debug_manifest), documents)
     assert len(warnings) == 3
     assert all(w.startswith("INSECURE: policy ") for w in warnings)
     assert any("apps/v1/Deployment/default/web" in w for w in warnings)
-    # A debug policy only in an earlier manifest is not the active one's.
-    (verify / "manifest.2.json").write_bytes(plain_manifest)
-    assert debug_warnings(verify, 3) == []
+    # A debug policy that is not the active manifest's is not warned about.
+    assert debug_warnings(Manifest.from_bytes(plain_manifest), documents) == []
 
 
 def test_the_encoders_shortcut_writes_the_flag_as_encoding_from_scratch() -> None:

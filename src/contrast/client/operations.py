@@ -8,7 +8,7 @@ one named with `--coordinator-policy-hash`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,6 +44,7 @@ from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.manifest.model import MANIFEST_LIMITS, Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
+from contrast.policy.initdata import Initdata, InitdataError
 from contrast.seed import threshold
 from contrast.seed.shares import SEED_SHARES_LIMITS, SeedShareDocument
 
@@ -352,6 +353,8 @@ class VerifyResult:
     manifests: int
     matches: bool
     seen: LastSeen  # what the workspace remembered, so whether rollback could be checked
+    # One line per policy of the active manifest that opens the insecure debug shell.
+    debug_warnings: tuple[str, ...] = ()
 
 
 def verify(target: Target, workspace: Workspace) -> VerifyResult:
@@ -385,12 +388,15 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
             chain = check_history(seen, history.Manifests, head)
     finally:
         connection.close()
-    output.write_public(ROOT_CA, history.RootCA)
-    output.write_public(MESH_CA, history.MeshCA)
-    for index, document in enumerate(history.Manifests, start=first):
-        output.write_public(f"manifest.{index}.json", document)
-    for policy in history.Policies:
-        output.write_public(f"initdata.{digest(policy).hex()}.toml", policy)
+    # One sync for all of them (10 000 initdata files at 10 000 workloads), each file atomic;
+    # verify/'s head is written after them: it says up to where verify/ holds every manifest.
+    files = [(ROOT_CA, history.RootCA), (MESH_CA, history.MeshCA)]
+    files += [
+        (f"manifest.{index}.json", document)
+        for index, document in enumerate(history.Manifests, start=first)
+    ]
+    files += [(f"initdata.{digest(policy).hex()}.toml", policy) for policy in history.Policies]
+    output.write_all_public(files)
     record(output, LastSeen(output.path(LATEST_TRANSITION), None), chain)
     record(workspace, seen, chain)
     active = history.Manifests[-1] if history.Manifests else b""
@@ -400,7 +406,38 @@ def verify(target: Target, workspace: Workspace) -> VerifyResult:
             f"the Coordinator's active manifest differs from {target.manifest_path}",
             hint=f"compare with {directory}/manifest.{count - 1}.json",
         )
-    return VerifyResult(directory, count, matches=True, seen=seen)
+    warnings = tuple(debug_warnings(manifest, history.Policies))
+    return VerifyResult(directory, count, matches=True, seen=seen, debug_warnings=warnings)
+
+
+def debug_warnings(manifest: Manifest, documents: Iterable[bytes]) -> list[str]:
+    """One line per policy of `manifest` whose initdata among `documents` opens the insecure
+    debug shell, in the order of the documents' names in `verify/`.
+
+    The flag is in the document the policy hash covers, so a debug-enabled pod cannot pass as
+    another. `verify` passes the active manifest (byte for byte the local one, which it checked)
+    and the documents GetManifests sent, as they are in memory: each is parsed once (reading
+    every initdata file in `verify/` back parsed it twice, and any older manifest's too).
+    """
+    warnings = []
+    for toml in sorted(documents, key=digest):
+        try:
+            initdata = Initdata.from_toml(toml)
+        except InitdataError as error:
+            warnings.append(f"policy initdata.{digest(toml).hex()}.toml cannot be read: {error}")
+            continue
+        if not initdata.insecure_debug:
+            continue
+        hashed = initdata.policy_hash_of(toml)
+        entry = manifest.policies.get(hashed.hex())
+        if entry is None:
+            continue
+        name = entry.workload_secret_id or ", ".join(entry.sans)
+        warnings.append(
+            f"INSECURE: policy {hashed.hex()[:16]}… ({name}) enables the debug shell: whoever can"
+            " exec into that pod has a shell in its confidential VM"
+        )
+    return warnings
 
 
 def _verified_until(output: Workspace, seen: LastSeen) -> bytes:

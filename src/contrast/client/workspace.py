@@ -6,6 +6,7 @@ first set, `seed-shares.json`; `verify` fills `verify/`. Keys and seed shares ar
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contrast.boundedfile import read_bounded
 from contrast.client.errors import ClientError
-from contrast.files import write_atomically
+from contrast.files import write_all_atomically, write_atomically
 
 MANIFEST = "manifest.json"
 WORKLOAD_OWNER_KEY = "workload-owner.pem"
@@ -58,6 +59,19 @@ class Workspace:
 
     def write_private(self, name: str, data: bytes) -> Path:
         return self._write(name, data, 0o600)
+
+    def write_all_public(self, files: Sequence[tuple[str, bytes]]) -> list[Path]:
+        """`write_public` of each (name, data), each file atomic, with one sync for all of them
+        (`write_all_atomically`): `verify` writes one initdata file per workload."""
+        paths = [(self.path(name), data) for name, data in files]
+        try:
+            write_all_atomically(paths, mode=0o644)
+        except OSError as error:
+            raise WorkspaceError(
+                f"cannot write {len(paths)} files in {self.root}: {error.strerror or error}",
+                hint="check that the workspace directory is writable and nothing is in the way",
+            ) from None
+        return [path for path, _ in paths]
 
     def _write(self, name: str, data: bytes, mode: int) -> Path:
         path = self.path(name)
