@@ -31,3 +31,11 @@ def test_the_daemonset_command_parses_and_mounts_what_it_names(platform: Platfor
         "optional": True,
     }
     assert daemonset["metadata"]["name"] == f"{platform.runtime_class_name}-nodeinstaller"
+    # The node's root is its only hostPath: a node without systemd has no bus socket to mount
+    # (a Socket hostPath would keep the pod from starting); busctl reaches it through /host.
+    host_paths = [v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v]
+    assert host_paths == ["/"]
+    assert {
+        "name": "DBUS_SYSTEM_BUS_ADDRESS",
+        "value": "unix:path=/host/run/dbus/system_bus_socket",
+    } in (installer["env"])

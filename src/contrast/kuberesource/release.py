@@ -40,6 +40,8 @@ PEER_SERVICE = "coordinator-peers"
 INSTALLER_COMMAND = ("contrast", "node-installer", "--host-root", "/host")
 TARGET_CONFIG_MAP = "contrast-node-installer-target-config"
 TARGET_CONFIG_DIR = "/config/target-config"
+# The node's system bus (/run/dbus/system_bus_socket) as the installer sees it, for busctl.
+HOST_SYSTEM_BUS = "unix:path=/host/run/dbus/system_bus_socket"
 # Where a built runtime's payload (`contrast runtime build`'s runtimes/<handler>/) is on a node,
 # unless it comes in an image; the installer reads it through its host-root mount.
 PAYLOAD_HOST_DIRECTORY = "/var/lib/contrast/payloads"
@@ -120,9 +122,12 @@ def node_installer(
                     TARGET_CONFIG_DIR,
                 ],
                 "securityContext": {"privileged": True},
+                # systemd's bus through the host root, not a Socket hostPath of its own: a
+                # node without systemd has no such socket, and the pod would never start there
+                # (it restarts containerd through the target config's containerd-pid-file).
+                "env": [{"name": "DBUS_SYSTEM_BUS_ADDRESS", "value": HOST_SYSTEM_BUS}],
                 "volumeMounts": [
                     {"name": "host-root", "mountPath": "/host"},
-                    {"name": "dbus", "mountPath": "/var/run/dbus/system_bus_socket"},
                     {"name": "target-config", "mountPath": TARGET_CONFIG_DIR, "readOnly": True},
                 ],
             }
@@ -136,10 +141,6 @@ def node_installer(
         ],
         "volumes": [
             {"name": "host-root", "hostPath": {"path": "/", "type": "Directory"}},
-            {
-                "name": "dbus",
-                "hostPath": {"path": "/var/run/dbus/system_bus_socket", "type": "Socket"},
-            },
             # The node's containerd and systemd layout (research/contrast.md §8). Optional: an
             # absent ConfigMap mounts as an empty directory, which means all defaults.
             {
