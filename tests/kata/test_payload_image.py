@@ -205,11 +205,10 @@ def test_the_daemonset_runs_the_installer_from_the_image_by_digest(
 ) -> None:
     built = run_build(release, tmp_path / "workspace", base_layout, capsys)
     assert built.image == f"{REPOSITORY}@{built.digest}"
-    assert built.installer["command"] == [
-        *INSTALLER_COMMAND,
-        "--payload", f"/{IMAGE_DIRECTORY}/{built.handler}",
-        "--target-config", TARGET_CONFIG_DIR,
-    ]  # fmt: skip
+    command = built.installer["command"]
+    assert command[: len(INSTALLER_COMMAND)] == list(INSTALLER_COMMAND)
+    assert command[command.index("--payload") + 1] == f"/{IMAGE_DIRECTORY}/{built.handler}"
+    assert command[command.index("--target-config") + 1] == TARGET_CONFIG_DIR
     assert f"image:            {built.image} in {built.layout}" in built.out
     assert built.push_command() == [
         "skopeo", "copy", "--preserve-digests",
@@ -305,13 +304,14 @@ def push(command: list[str]) -> None:
 def run_installer(
     runner: Containerd, built: Built, name: str, host: Path, target_config: Path
 ) -> subprocess.CompletedProcess[str]:
-    """The DaemonSet's init container: its image by digest, its command, /host and the config."""
+    """The DaemonSet's init container: its image by digest, command and env, /host, the config."""
     runner.pull(built.image)
     mounts = [
         f"--mount=type=bind,src={host},dst=/host,options=rbind:rw",
         f"--mount=type=bind,src={target_config},dst={TARGET_CONFIG_DIR},options=rbind:ro",
     ]
-    command = runner.command("run", "--net-host", *mounts, built.image, name,
+    env = [f"--env={item['name']}={item['value']}" for item in built.installer.get("env", [])]
+    command = runner.command("run", "--net-host", *mounts, *env, built.image, name,
                              *built.installer["command"])  # fmt: skip
     return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
 
