@@ -8,6 +8,10 @@
 #   bash scripts/cluster.sh down DIR   stops it and removes what it made (idempotent, and safe
 #                                      after a failed up)
 #   bash scripts/cluster.sh build      only builds (or finds) the binaries; prints their folder
+#   bash scripts/cluster.sh supervise-containerd CONFIG
+#                                      (internal: up starts it in the node's namespaces) runs the
+#                                      containerd of CONFIG, DIR/containerd/config.toml, and starts it
+#                                      again whenever it exits, its pid always in DIR/containerd.pid
 #   bash scripts/cluster.sh install-runtime DIR PLATFORM PYTHON
 #                                      gives the running cluster in DIR the emulated confidential
 #                                      runtime of PLATFORM (emulated-snp, emulated-tdx): the project's
@@ -15,6 +19,10 @@
 #                                      repo's .venv/bin/python), adds it to DIR's containerd config;
 #                                      this script restarts that containerd and applies the
 #                                      RuntimeClass of `contrast runtime --platform PLATFORM`
+#
+# containerd runs under that small supervisor, as on a node whose init is not systemd (runit, s6,
+# OpenRC): restarting it is a SIGTERM to the pid in DIR/containerd.pid, which is what the node
+# installer's DaemonSet does with the target config key containerd-pid-file.
 #
 # Everything but the binaries' cache lives in DIR and in a network namespace of its own,
 # contrast-kcN: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a containerd with CRI
@@ -552,7 +560,7 @@ up() {
         --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
         --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
         --initial-cluster contrast=http://127.0.0.1:2380 --log-level warn --unsafe-no-fsync
-    start_in_node containerd containerd --config "$DIR/containerd/config.toml"
+    start_in_node containerd-supervisor bash "$REPO/scripts/cluster.sh" supervise-containerd "$DIR/containerd/config.toml"
     start registry docker-registry serve "$DIR/registry/config.yml"
     wait_for etcd 30 inns curl -sf http://127.0.0.1:2379/health
     local pki=$DIR/pki
@@ -567,7 +575,7 @@ up() {
         --service-account-signing-key-file "$pki/service-account.key" \
         --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
         --allow-privileged=true --profiling=false
-    wait_for containerd 30 test -S "$DIR/containerd/containerd.sock"
+    wait_for containerd-supervisor 30 test -S "$DIR/containerd/containerd.sock"
     ctr --address "$DIR/containerd/containerd.sock" -n k8s.io images import "$bin/../pause.tar" \
         >"$DIR/logs/pause-import.log" 2>&1 || failed pause-import "ctr images import failed"
     wait_for kube-apiserver 60 "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" get --raw /readyz
@@ -639,12 +647,7 @@ install_runtime() {
     grep -q "runtime added" "$DIR/logs/$log.log" && restart=1
     if [ -n "$restart" ]; then
         # The shims (and so the pods) outlive containerd; the kubelet reconnects to the new one.
-        local pid
-        pid=$(cat "$DIR/containerd.pid")
-        if ours "$pid"; then stop_pid "$pid"; fi
-        cat "$DIR/logs/containerd.log" >>"$DIR/logs/containerd.before-restart.log" 2>/dev/null || true
-        start_in_node containerd containerd --config "$DIR/containerd/config.toml"
-        wait_for containerd 30 ctr --address "$DIR/containerd/containerd.sock" version
+        restart_containerd
         wait_for kubelet 90 "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" wait --for=condition=Ready \
             --timeout=2s "node/$NODE_NAME"
     fi
@@ -654,6 +657,43 @@ install_runtime() {
     "$bin/kubectl" --kubeconfig "$DIR/kubeconfig" apply -f "$DIR/runtimeclass-$platform.yaml" \
         >>"$DIR/logs/$log.log" 2>&1 || failed "$log" "kubectl apply of the RuntimeClass failed"
     echo "cluster.sh: $platform runtime installed, RuntimeClass $(awk '$1 == "name:" { print $2; exit }' "$DIR/runtimeclass-$platform.yaml")" >&2
+}
+
+# SIGTERM to containerd; its supervisor starts the next one. Returns when that one answers.
+restart_containerd() {
+    local old new deadline=$((SECONDS + 30))
+    old=$(cat "$DIR/containerd.pid")
+    if ours "$old"; then kill -TERM "$old"; fi
+    until new=$(cat "$DIR/containerd.pid" 2>/dev/null) && [ "$new" != "$old" ] && running "$new" &&
+        ctr --address "$DIR/containerd/containerd.sock" version >/dev/null 2>&1; do
+        alive containerd-supervisor || failed containerd-supervisor "exited while restarting containerd"
+        [ $SECONDS -lt $deadline ] || failed containerd-supervisor "no new containerd 30 s after SIGTERM to $old"
+        sleep 0.2
+    done
+}
+
+# --- supervise-containerd --------------------------------------------------------------------------
+
+# The supervisor (run by up in the node's namespaces, with its output in logs/containerd-supervisor.log):
+# containerd of CONFIG in the foreground of a loop, started again 0.5 s after it exits, its pid
+# written atomically to DIR/containerd.pid before each start is awaited. SIGTERM to the supervisor
+# (down) stops containerd and then the loop.
+supervise_containerd() {
+    local config=$1 child= stop=
+    trap 'stop=1; [ -z "$child" ] || kill -TERM "$child" 2>/dev/null || true' TERM INT
+    while [ -z "$stop" ]; do
+        containerd --config "$config" &
+        child=$!
+        echo "$child" >"$DIR/containerd.pid.new"
+        mv -f "$DIR/containerd.pid.new" "$DIR/containerd.pid"
+        echo "cluster.sh supervisor: containerd started, pid $child" >&2
+        local status=0
+        # wait returns early when a trapped signal arrives; wait again until the child is gone.
+        while running "$child"; do wait "$child" && status=0 || status=$?; done
+        echo "cluster.sh supervisor: containerd $child exited ($status)" >&2
+        [ -z "$stop" ] || break
+        sleep 0.5
+    done
 }
 
 # --- down ----------------------------------------------------------------------------------------
@@ -712,8 +752,10 @@ down() {
     # The pods' network namespaces outside DIR (install-runtime puts them in /var/run/netns), asked
     # of containerd while it runs.
     netns=$(netns_of_pods)
-    # kubelet first, so that it does not restart what is stopped after it.
-    for name in kubelet kube-proxy coredns kube-scheduler kube-controller-manager kube-apiserver registry etcd containerd; do
+    # kubelet first, so that it does not restart what is stopped after it; containerd's supervisor
+    # before containerd (it stops containerd itself; a containerd left running is stopped next).
+    for name in kubelet kube-proxy coredns kube-scheduler kube-controller-manager kube-apiserver registry etcd \
+        containerd-supervisor containerd; do
         pid=$(cat "$DIR/$name.pid" 2>/dev/null) || continue
         if ours "$pid"; then stop_pid "$pid"; fi
         rm -f "$DIR/$name.pid"
@@ -779,6 +821,11 @@ up | down)
     ;;
 build)
     build
+    ;;
+supervise-containerd)
+    [ $# -eq 2 ] || die "usage: $0 supervise-containerd DIR/containerd/config.toml"
+    DIR=$(dirname "$(dirname "$2")")
+    supervise_containerd "$2"
     ;;
 install-runtime)
     [ $# -eq 4 ] || die "usage: $0 install-runtime DIR PLATFORM PYTHON"
