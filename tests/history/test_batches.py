@@ -11,6 +11,7 @@ things make that as safe as an `fsync` per entry:
   fresh Coordinator (`tests.coordinator.test_crash_steps.retry_after_death`: the head moves
   once, certificates chain to the answered mesh CA, a restart recovers the same).
 A power cut between the steps is what the order guarantees; no test here can cut the power.
+And on every backend a 10 000-policy history altered in any of its entries is refused.
 """
 
 from __future__ import annotations
@@ -29,12 +30,23 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from contrast import syncfs
 from contrast.files import write_atomically
-from contrast.history.history import History, digest
+from contrast.history.errors import HistoryError
+from contrast.history.history import (
+    LATEST_KEY,
+    MAXIMUM_ENTRY_SIZE,
+    ZERO_HASH,
+    History,
+    Transition,
+    digest,
+)
 from contrast.history.store import FileSystemStore
 from tests.conftest import REPO
 from tests.coordinator.crash_step_worker import SHARES, first_names, load_deployment
 from tests.coordinator.test_crash import write_key
 from tests.coordinator.test_crash_steps import retry_after_death
+from tests.kube.backends import StoreFactory, new_store
+
+__all__ = ["new_store"]
 
 POLICIES = 10_000
 BATCHED = ("packs", "policyindexes", "policysets", "chunks", "manifests")
@@ -117,6 +129,41 @@ def test_each_entry_is_synced_where_syncfs_cannot_report_errors(
     history.put_policies(b"\x01" * 32, written)
     assert history.get_policies(b"\x01" * 32, written) == written
     assert ("syncfs", "") not in events
+
+
+def test_any_entry_of_a_10000_policy_history_altered_is_refused(new_store: StoreFactory) -> None:
+    """On every backend: the chunked manifest, the packs, the index, its pointer, the transition
+    and the head of a 10 000-policy history, each altered by one bit in turn, fail the read."""
+    store = new_store()
+    history = History(store)
+    key = ec.generate_private_key(ec.SECP384R1())
+    manifest = os.urandom(MAXIMUM_ENTRY_SIZE + 900_000)  # a 10 000-workload manifest's size
+    written = documents(POLICIES)
+    history.put_policies(digest(manifest), written)
+    transition = history.put_transition(Transition(history.put_manifest(manifest), ZERO_HASH))
+    history.set_latest(None, transition, key)
+
+    def read() -> None:
+        reader = History(new_store())
+        head = reader.get_latest(key.public_key()).transition_hash
+        assert reader.manifests(head) == [manifest]
+        assert reader.get_policies(digest(manifest), written) == written
+
+    read()
+    targets = [LATEST_KEY] + [
+        f"{kind}/{store.names(kind)[0]}"
+        for kind in ("chunks", "manifests", "packs", "policyindexes", "policysets", "transitions")
+    ]
+    assert len(store.names("packs")) >= 3
+    for target in targets:
+        original = store.get(target)
+        assert original is not None
+        altered = original[:-1] + bytes([original[-1] ^ 1])
+        store.compare_and_swap(target, original, altered)
+        with pytest.raises(HistoryError):
+            read()
+        store.compare_and_swap(target, altered, original)
+    read()
 
 
 # Sends one SetManifest of KIND (crash_step_worker's) on a FileSystemStore and dies by SIGKILL
