@@ -32,8 +32,8 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contrast.boundedfile import read_bounded
-from contrast.errors import ContrastError
 from contrast.imagebuild.layer import Entry, Layer, write_layer
+from contrast.imagebuild.lock import BuildError
 from contrast.imagebuild.oci import CONFIG_TYPE, LAYER_TYPE, LayoutWriter
 from contrast.images.layout import OciLayout
 from contrast.images.manifest import (
@@ -61,7 +61,7 @@ _LAYOUT_HINT = (
 )
 
 
-class PayloadImageError(ContrastError):
+class PayloadImageError(BuildError):
     """The node-installer image cannot be read, or the payload image cannot be written."""
 
 
