@@ -33,7 +33,7 @@ import site
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -41,7 +41,8 @@ from contrast.nodeinstaller.errors import NodeInstallerError
 from contrast.nodeinstaller.hostroot import Resolver
 
 WRAPPER = "bin/python"
-# Parts of a Debian stdlib that the runtime never imports and that only add bulk.
+# Parts of a stdlib that the runtime never imports and that only add bulk (and `config-*`, the
+# static library and Makefile for building extensions).
 _SKIPPED_STDLIB = frozenset({"site-packages", "dist-packages", "test", "idlelib", "ensurepip"})
 _LIST_LINE = re.compile(r"^\s*(?:(\S+) => )?(/\S+) \(0x[0-9a-f]+\)$")
 _WRAPPER_TEMPLATE = """\
@@ -85,8 +86,10 @@ def _tree(source: Path, destination: str, skipped: frozenset[str]) -> Iterator[B
     """Every regular file below `source` (links followed), as files of `destination`."""
     for directory, subdirectories, names in os.walk(source, followlinks=True):
         relative = Path(directory).relative_to(source)
-        if relative == Path("."):
-            subdirectories[:] = [d for d in subdirectories if d not in skipped]
+        if relative == Path(".") and skipped:
+            subdirectories[:] = [
+                d for d in subdirectories if d not in skipped and not d.startswith("config-")
+            ]
         subdirectories.sort()
         for name in sorted(names):
             path = Path(directory) / name
@@ -125,16 +128,21 @@ def _is_elf(path: Path) -> bool:
         return file.read(4) == b"\x7fELF"
 
 
-def describe_bundle() -> Bundle:
-    """The bundle of the running interpreter (the files, not yet copied) and its digest."""
-    interpreter = Path(os.path.realpath(sys.executable))
-    stdlib = Path(sysconfig.get_path("stdlib"))
+def site_directories() -> list[Path]:
+    """Where `contrast` is (the image's dist-packages), then the site directories (a checkout's
+    editable install keeps its dependencies there); the first of a name wins, as on sys.path."""
     import contrast  # noqa: PLC0415 - where this very package is installed
 
-    # Where `contrast` is (the image's dist-packages), then the site directories (a checkout's
-    # editable install keeps its dependencies there); the first of a name wins, as on sys.path.
     sites = [Path(contrast.__file__).resolve().parents[1]]
-    sites += [Path(s).resolve() for s in site.getsitepackages() if Path(s).is_dir()]
+    return sites + [Path(s).resolve() for s in site.getsitepackages() if Path(s).is_dir()]
+
+
+def describe_bundle(sites: Sequence[Path] | None = None) -> Bundle:
+    """The bundle of the running interpreter (the files, not yet copied) and its digest; its
+    site-packages from `sites` (default: `site_directories()`)."""
+    interpreter = Path(os.path.realpath(sys.executable))
+    stdlib = Path(sysconfig.get_path("stdlib"))
+    sites = site_directories() if sites is None else list(sites)
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
     files = [BundleFile(f"bin/{interpreter.name}", interpreter, 0o755)]
     files += _tree(stdlib, f"lib/{version}", _SKIPPED_STDLIB)
@@ -170,10 +178,12 @@ def wrapper_script(home: PurePosixPath, bundle: Bundle) -> bytes:
     ).encode()
 
 
-def install_bundle(host: Resolver, install_dir: PurePosixPath) -> tuple[PurePosixPath, bool]:
+def install_bundle(
+    host: Resolver, install_dir: PurePosixPath, sites: Sequence[Path] | None = None
+) -> tuple[PurePosixPath, bool]:
     """The installer's Python in `install_dir` on the node: its wrapper's node path, and whether
     it was copied now (False: the same bundle was there already)."""
-    bundle = describe_bundle()
+    bundle = describe_bundle(sites)
     home = install_dir / bundle.name
     wrapper = home / WRAPPER
     parent, _ = host.directory(install_dir, create=True)
