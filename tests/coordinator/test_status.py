@@ -6,6 +6,7 @@ the tests see both what a caller gets and what the operator's log gets.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -15,11 +16,15 @@ from typing import Any
 
 import grpc
 import pytest
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from contrast import logs
-from contrast.api import services, userapi_pb2
+from contrast.api import meshapi_pb2, services, userapi_pb2
+from contrast.api.convert import evidence_to_proto
+from contrast.api.services import MeshApiClient
 from contrast.atls.client import fetch_certificate, pinned_channel
 from contrast.atls.identity import TlsIdentity
+from contrast.atls.reportdata import public_key_der, report_data
 from contrast.coordinator.core import Coordinator, utc_now
 from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.history.history import History
@@ -55,20 +60,29 @@ class Running:
         self.server.stop(grace=0)
 
 
-@pytest.fixture
-def json_log() -> Iterator[io.StringIO]:
-    """The process's log as `contrast coordinator` writes it: JSON lines, here into a buffer."""
+@contextlib.contextmanager
+def captured_log(*, json_lines: bool) -> Iterator[io.StringIO]:
+    """The process's log as `contrast coordinator` writes it, here into a buffer."""
     buffer = io.StringIO()
     root = logging.getLogger()
     saved = root.handlers[:], root.level
     contrast_logger = logging.getLogger("contrast")
     saved_contrast = contrast_logger.handlers[:], contrast_logger.level, contrast_logger.propagate
-    logs.configure(json_lines=True, stream=buffer)
-    yield buffer
-    root.handlers[:], root.level = saved[0], saved[1]
-    contrast_logger.handlers[:] = saved_contrast[0]
-    contrast_logger.setLevel(saved_contrast[1])
-    contrast_logger.propagate = saved_contrast[2]
+    logs.configure(json_lines=json_lines, stream=buffer)
+    try:
+        yield buffer
+    finally:
+        root.handlers[:], root.level = saved[0], saved[1]
+        contrast_logger.handlers[:] = saved_contrast[0]
+        contrast_logger.setLevel(saved_contrast[1])
+        contrast_logger.propagate = saved_contrast[2]
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    """The log as JSON lines, `contrast coordinator`'s default."""
+    with captured_log(json_lines=True) as buffer:
+        yield buffer
 
 
 def start(deployment: Deployment, coordinator: Coordinator, log: io.StringIO) -> Running:
@@ -136,6 +150,49 @@ def test_an_unexpected_error_is_internal_with_an_incident_and_one_json_line(
     assert failure["method"] == "SetManifest"
     assert failure["exception"]["type"] == "RuntimeError"
     assert any("faulty_verifier_for" in frame for frame in failure["exception"]["where"])
+
+
+class FaultyVerifier:
+    """A manifest's evidence verifier with a bug: every check raises."""
+
+    def verify(self, evidence: Any, *, report_data: bytes, now: Any) -> Any:
+        raise KeyError("tcb_version")
+
+
+@pytest.mark.parametrize("json_lines", [True, False], ids=["json", "text"])
+def test_an_internal_error_of_new_mesh_cert_names_its_cause_in_the_log_message(
+    deployment: Deployment, json_lines: bool
+) -> None:
+    """The line's message itself says what failed (type and message), so a text log and a
+    reader of `message` alone see it; the caller still gets only the incident."""
+    coordinator = Coordinator(
+        History(FileSystemStore(deployment.state_dir)), verifier_for=lambda _: FaultyVerifier()
+    )
+    coordinator.set_manifest(deployment.manifest(), deployment.documents())
+    with captured_log(json_lines=json_lines) as log:
+        running = start(deployment, coordinator, log)
+        try:
+            api = MeshApiClient(running.mesh, timeout=10)
+            nonce = api.get_nonce()
+            public_key = public_key_der(ec.generate_private_key(ec.SECP256R1()).public_key())
+            evidence = deployment.issuer("web").issue(report_data(public_key, nonce))
+            with pytest.raises(grpc.RpcError) as failed:
+                api.new_mesh_cert(
+                    meshapi_pb2.NewMeshCertRequest(
+                        Nonce=nonce, PublicKey=public_key, Evidence=evidence_to_proto(evidence)
+                    )
+                )
+        finally:
+            running.close()
+    assert failed.value.code() == grpc.StatusCode.INTERNAL
+    details = failed.value.details() or ""
+    assert "tcb_version" not in details
+    incident = details.removeprefix("internal error (incident ").removesuffix(")")
+    [line] = [line for line in log.getvalue().splitlines() if incident in line]
+    message = json.loads(line)["message"] if json_lines else line
+    assert message.endswith(
+        f"NewMeshCert failed with an internal error (incident {incident}): KeyError: 'tcb_version'"
+    )
 
 
 def test_repeats_of_one_failure_are_counted_not_logged(

@@ -5,7 +5,9 @@
 - our own TEE could not produce evidence (`EvidenceUnavailable`) → UNAVAILABLE;
 - any other `AttestationError` (evidence the caller sent is not evidence) → INVALID_ARGUMENT;
 - anything else is a bug → INTERNAL, with an incident id and no detail for the caller, and one
-  structured JSON log line (type, clipped message, innermost frames) for the operator.
+  log line for the operator whose message names the cause (exception type and clipped message;
+  exception messages carry no secrets, see contrast.logs), with the innermost frames in its
+  JSON fields.
 
 Refusals are logged at info, bugs at error, both through a `LogThrottle` keyed by method and
 error, so an unauthenticated caller cannot flood the log: a key is written once a minute, at most
@@ -143,10 +145,14 @@ class DeliberateStatus(grpc.ServerInterceptor):
         innermost = where["where"][-1] if where["where"] else ""
         admission = self._throttle.admit((method, type(error).__name__, innermost))
         if admission is not None:
+            # The cause in the message too, not only in the JSON fields: a text log (and a
+            # reader of `message` alone) showed an INTERNAL with nothing to look at.
             log.error(
-                "%s failed with an internal error (incident %s)",
+                "%s failed with an internal error (incident %s): %s: %s",
                 method,
                 incident,
+                where["type"],
+                where["message"],
                 extra={
                     "fields": {
                         "method": method,
