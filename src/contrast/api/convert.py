@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from contrast.api import evidence_pb2, userapi_pb2
-from contrast.attestation.errors import MalformedEvidence, Reason
-from contrast.attestation.evidence import Evidence, Tee
+from contrast.attestation.evidence import Evidence
+from contrast.attestation.tee import platform_named
 from contrast.seed.shares import SeedShare, SeedShareDocument
 
 
@@ -17,12 +17,8 @@ def evidence_to_proto(evidence: Evidence) -> evidence_pb2.Evidence:
 
 
 def evidence_from_proto(message: evidence_pb2.Evidence) -> Evidence:
-    try:
-        platform = Tee(message.Platform)
-    except ValueError:
-        raise MalformedEvidence(
-            Reason.MALFORMED_REPORT, f"unknown evidence platform {message.Platform[:40]!r}"
-        ) from None
+    # An unknown platform is malformed evidence, refused by attestation's own error.
+    platform = platform_named(message.Platform)
     return Evidence(platform, message.Report, tuple(message.Endorsements))
 
 

@@ -25,6 +25,20 @@ class Tee(StrEnum):
     TDX = "tdx"
 
 
+def platform_named(name: str) -> Tee:
+    """The TEE an evidence message names (`Evidence.Platform` on the wire).
+
+    A name that is no TEE makes the evidence malformed, refused like any other malformed
+    evidence (callers catch `AttestationError`); the name is cut short, since the peer chose it.
+    """
+    try:
+        return Tee(name)
+    except ValueError:
+        raise MalformedEvidence(
+            Reason.MALFORMED_REPORT, f"unknown evidence platform {name[:40]!r}"
+        ) from None
+
+
 def detect_platform(data: bytes) -> Tee:
     """Tell an SNP report from a TDX quote by their fixed headers."""
     is_quote_version = len(data) >= 8 and int.from_bytes(data[0:2], "little") in (4, 5)
