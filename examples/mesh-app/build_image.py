@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contrast.imagebuild.cli import DEFAULT_EPOCH
-from contrast.imagebuild.layer import Entry, Layer, write_layer
+from contrast.imagebuild.layer import Entry, Layer
 from contrast.imagebuild.oci import LayoutWriter
 from contrast.imagebuild.spec import PYTHON, ImageSpec
 from contrast.images.manifest import REF_NAME_ANNOTATION
@@ -63,19 +63,24 @@ def base_layer(release: Path) -> Layer:
         raise SystemExit(f"{release}: no image {wanted} (build it with contrast-build-images)")
     manifest = json.loads(_blob(release, descriptors[0]["digest"]))
     config = json.loads(_blob(release, manifest["config"]["digest"]))
-    digest = manifest["layers"][0]["digest"]
-    return Layer(_blob(release, digest), digest, config["rootfs"]["diff_ids"][0])
+    layer = manifest["layers"][0]
+    path = _blob_path(release, layer["digest"])
+    return Layer(layer["digest"], config["rootfs"]["diff_ids"][0], layer["size"], path=path)
 
 
 def _blob(layout: Path, digest: str) -> bytes:
+    return _blob_path(layout, digest).read_bytes()
+
+
+def _blob_path(layout: Path, digest: str) -> Path:
     algorithm, _, value = digest.partition(":")
-    return (layout / "blobs" / algorithm / value).read_bytes()
+    return layout / "blobs" / algorithm / value
 
 
 def build(release: Path, output: Path, *, epoch: int = DEFAULT_EPOCH) -> str:
     """Writes the layout at `output` with the image under `REFERENCE`; returns its digest."""
-    app = write_layer([Entry.file(IMAGE_PATH, APP.read_bytes())], epoch)
     writer = LayoutWriter(output)
+    app = writer.layer([Entry.file(IMAGE_PATH, APP.read_bytes())], epoch)
     built = writer.image(SPEC, [base_layer(release), app], epoch=epoch)
     # LayoutWriter names images as releases; this one is the user's, under the example's name.
     _, descriptor = writer.images[-1]

@@ -28,7 +28,7 @@ import yaml
 
 from contrast.cli.main import main
 from contrast.imagebuild import payloadimage
-from contrast.imagebuild.layer import Entry, write_layer
+from contrast.imagebuild.layer import Entry
 from contrast.imagebuild.oci import LayoutWriter
 from contrast.imagebuild.spec import IMAGES
 from contrast.images.manifest import DOCKER_MANIFEST, OCI_INDEX
@@ -90,7 +90,7 @@ def base_layout(tmp_path: Path) -> Path:
     layout = tmp_path / "base"
     spec = next(spec for spec in IMAGES if spec.name == "node-installer")
     writer = LayoutWriter(layout)
-    layer = write_layer([Entry.file("usr/bin/contrast", b"#!/bin/false\n", 0o755)], 1700000000)
+    layer = writer.layer([Entry.file("usr/bin/contrast", b"#!/bin/false\n", 0o755)], 1700000000)
     writer.image(spec, [layer], epoch=1700000000)
     writer.finish()
     return layout
@@ -236,7 +236,7 @@ def test_a_layout_without_the_node_installer_image_writes_nothing(
     other = tmp_path / "other"
     writer = LayoutWriter(other)
     spec = next(spec for spec in IMAGES if spec.name == "coordinator")
-    writer.image(spec, [write_layer([Entry.file("a", b"a")], 1)], epoch=1)
+    writer.image(spec, [writer.layer([Entry.file("a", b"a")], 1)], epoch=1)
     writer.finish()
     corrupt = tmp_path / "corrupt"
     shutil.copytree(base_layout, corrupt)

