@@ -249,6 +249,21 @@ def test_a_rolled_back_head_stops_every_replica_from_issuing(
             certificate(deployment, coordinator, "client")
 
 
+def test_a_head_gone_from_the_store_stops_a_replica_as_damaged_state(
+    deployment: Deployment, tmp_path: Path, new_store: StoreFactory
+) -> None:
+    """A store reset under a running replica: the Coordinator's own StoredStateDamaged, worded
+    as the history package's damage is (one message and hint for both), and no certificate."""
+    first, _ = replicas(deployment, new_store)
+    (tmp_path / "state" / "transitions" / "latest").unlink()
+    with pytest.raises(StoredStateDamaged) as refused:
+        certificate(deployment, first, "web")
+    assert refused.value.explain() == (
+        "the stored history is damaged: the history head is gone: the store was reset"
+        " (the Coordinator's state was altered or lost; restore its volume from a backup)"
+    )
+
+
 def test_a_head_that_differs_in_any_one_byte_is_not_taken_for_the_verified_one(
     deployment: Deployment, new_store: StoreFactory
 ) -> None:

@@ -43,6 +43,7 @@ from contrast.coordinator.errors import (
     PermissionDenied,
     StateUnavailable,
     StoredStateDamaged,
+    history_damaged,
 )
 from contrast.coordinator.metrics import CoordinatorMetrics
 from contrast.coordinator.nonces import NonceRegistry
@@ -134,10 +135,7 @@ def stored_state_error(
 ) -> StoredStateDamaged | StateUnavailable:
     """A history failure as the Coordinator reports it: damaged data, or a store it cannot use."""
     if isinstance(error, DamagedEntry | SealedAuthorityDamaged):
-        return StoredStateDamaged(
-            f"the stored history is damaged: {error.explain()}",
-            hint="the Coordinator's state was altered or lost; restore its volume from a backup",
-        )
+        return history_damaged(error.explain())
     return StateUnavailable(f"the stored history cannot be used: {error.explain()}")
 
 
@@ -272,7 +270,7 @@ class Coordinator:
                 if head == current.latest:
                     return current
                 if head is None:
-                    raise DamagedEntry("the history head is gone: the store was reset")
+                    raise history_damaged("the history head is gone: the store was reset")
                 head.verify(current.seed.transaction_signing_key.public_key())
                 links = self._links_since(head, current.latest.transition_hash)
                 manifests = self._read_manifests([t for _, t in links or []])
@@ -332,7 +330,7 @@ class Coordinator:
             try:
                 manifest = Manifest.from_bytes(data)
             except ManifestError as error:
-                raise DamagedEntry(
+                raise history_damaged(
                     f"the stored manifest {transition.manifest_hash.hex()} is not valid:"
                     f" {error.explain()}"
                 ) from None

@@ -81,6 +81,23 @@ class StoredStateDamaged(CoordinatorError):
     status = Status.DATA_LOSS
 
 
+# What every `StoredStateDamaged` for damage in the stored history tells the operator.
+RESTORE_HINT = "the Coordinator's state was altered or lost; restore its volume from a backup"
+
+
+def history_damaged(detail: str) -> StoredStateDamaged:
+    """Damage found in the stored history (`detail` names the entry), as the Coordinator says it.
+
+    One wording for the damage the history package finds (`core.stored_state_error`) and the
+    damage the Coordinator finds in what it read (a head gone, a stored manifest not valid).
+    """
+    return StoredStateDamaged(f"the stored history is damaged: {detail}", hint=RESTORE_HINT)
+
+
+class InvalidOption(CoordinatorPackageError):
+    """An option of `contrast coordinator` out of its range, refused before anything starts."""
+
+
 class StateUnavailable(CoordinatorError):
     """The history's store cannot be read or written (I/O error, unreachable API): retry later."""
 

@@ -61,7 +61,7 @@ from typing import IO, Any
 
 from contrast.atls.identity import TlsIdentity
 from contrast.coordinator.core import Coordinator, Mode
-from contrast.coordinator.errors import CoordinatorPackageError
+from contrast.coordinator.errors import CoordinatorPackageError, InvalidOption
 from contrast.coordinator.metrics import CoordinatorMetrics, CounterKey
 from contrast.errors import ContrastError
 from contrast.logs import clip
@@ -161,7 +161,7 @@ def _is_label(pair: object) -> bool:
 def worker_config(arguments: argparse.Namespace, mesh_port: int) -> WorkerConfig:
     """The workers' configuration from `contrast coordinator`'s arguments and its mesh port."""
     if arguments.mesh_workers < 0:
-        raise ContrastError("--mesh-workers must be 0 or more")
+        raise InvalidOption("--mesh-workers must be 0 or more")
     return WorkerConfig(
         history=str(arguments.history.value),
         state_dir=str(arguments.state_dir),
