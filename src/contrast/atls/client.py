@@ -30,16 +30,16 @@ from cryptography import x509
 from contrast.api import userapi_pb2
 from contrast.api.convert import evidence_from_proto
 from contrast.api.services import USER_API_MESSAGE_OPTIONS, UserApiClient
+from contrast.atls.errors import AtlsError
 from contrast.atls.identity import SERVER_NAME
 from contrast.atls.peer import AttestedPeer, EvidenceVerifier
 from contrast.atls.reportdata import NONCE_SIZE, public_key_der, report_data
-from contrast.errors import ContrastError
 
 DEFAULT_TIMEOUT = 30.0
 PIN_ATTEMPTS = 24
 
 
-class ConnectionFailed(ContrastError):
+class ConnectionFailed(AtlsError):
     """The Coordinator could not be reached or did not answer as a Coordinator."""
 
 

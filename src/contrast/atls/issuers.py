@@ -9,11 +9,11 @@ from enum import StrEnum
 from pathlib import Path
 
 from contrast.api.teeendpoint import DEFAULT_SOCKET, SOCKET_ENV, SocketIssuer
+from contrast.atls.errors import InvalidIssuerOptions
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.attestation.emulated.tdx import EmulatedTdx
 from contrast.attestation.evidence import Evidence, Tee
 from contrast.attestation.guest import issuer as guest
-from contrast.errors import ContrastError
 
 POLICY_HASH_SIZE = 32
 MR_CONFIG_ID_SIZE = 48
@@ -70,19 +70,21 @@ def make_issuer(
         return HardwareIssuer()
     if kind is TeeKind.EMULATED:
         if state_dir is not None or policy_hash is not None:
-            raise ContrastError(
+            raise InvalidIssuerOptions(
                 "--tee emulated takes evidence from the pod's TEE socket; the node fixes the"
                 " policy hash and keeps the TEE's state",
                 hint="drop --tee-state and --policy-hash",
             )
         return SocketIssuer(Path(os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET))
     if state_dir is None or policy_hash is None:
-        raise ContrastError(
+        raise InvalidIssuerOptions(
             "the emulated TEE needs its state directory and the workload's policy hash",
             hint="pass --tee-state DIR and --policy-hash HEX",
         )
     if len(policy_hash) != POLICY_HASH_SIZE:
-        raise ContrastError(f"a policy hash is {POLICY_HASH_SIZE} bytes, got {len(policy_hash)}")
+        raise InvalidIssuerOptions(
+            f"a policy hash is {POLICY_HASH_SIZE} bytes, got {len(policy_hash)}"
+        )
     if kind is TeeKind.EMULATED_SNP:
         return EmulatedSnpIssuer(EmulatedSnp(state_dir), policy_hash)
     return EmulatedTdxIssuer(EmulatedTdx(state_dir), policy_hash)
