@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from contrast.client.workspace import WorkspaceError, generate_workload_owner_key
+from contrast.client.workspace import generate_workload_owner_key
+from contrast.generate.errors import OwnerKeyRefused
 from contrast.generate.keys import prepare_owner_keys
 
 
@@ -32,7 +33,7 @@ def test_a_key_that_appeared_meanwhile_is_not_replaced(tmp_path: Path) -> None:
     keys = prepare_owner_keys([workload], [], create_missing=True, disable_updates=False)
     theirs = generate_workload_owner_key()
     workload.write_bytes(theirs)
-    with pytest.raises(WorkspaceError, match="appeared while generate ran; it was not replaced"):
+    with pytest.raises(OwnerKeyRefused, match="appeared while generate ran; it was not replaced"):
         keys.write_new()
     assert workload.read_bytes() == theirs
     assert list(tmp_path.iterdir()) == [workload]  # no temporary file left
@@ -40,6 +41,6 @@ def test_a_key_that_appeared_meanwhile_is_not_replaced(tmp_path: Path) -> None:
 
 def test_one_path_for_both_kinds_is_refused_before_anything_is_written(tmp_path: Path) -> None:
     both = tmp_path / "owner.pem"
-    with pytest.raises(WorkspaceError, match="is not an RSA key"):
+    with pytest.raises(OwnerKeyRefused, match="is not an RSA key"):
         prepare_owner_keys([both], [both], create_missing=True, disable_updates=False)
     assert list(tmp_path.iterdir()) == []

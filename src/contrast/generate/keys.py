@@ -20,13 +20,13 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from contrast.atls.reportdata import public_key_der
 from contrast.client.workspace import (
-    WorkspaceError,
     generate_seedshare_owner_key,
     generate_workload_owner_key,
     load_seedshare_owner_public_key,
     load_workload_owner_key,
 )
 from contrast.files import stage, sync_directory
+from contrast.generate.errors import OwnerKeyRefused
 from contrast.manifest.ownership import owner_key_digest
 from contrast.seed.shares import public_key_hex
 
@@ -61,12 +61,12 @@ class OwnerKeys:
             try:
                 os.link(staged.temporary, key.path)
             except FileExistsError:
-                raise WorkspaceError(
+                raise OwnerKeyRefused(
                     f"{key.path} appeared while generate ran; it was not replaced",
                     hint="run generate again: it uses the key that is there now",
                 ) from None
             except OSError as error:
-                raise WorkspaceError(f"cannot write {key.path}: {error.strerror}") from None
+                raise OwnerKeyRefused(f"cannot write {key.path}: {error.strerror}") from None
             finally:
                 staged.discard()
             sync_directory(key.path.parent)
@@ -96,7 +96,7 @@ def prepare_owner_keys(
         made = _made_for(path, create_workload, generate_workload_owner_key, new)
         key = load_workload_owner_key(path) if made is None else made
         if not isinstance(key, ec.EllipticCurvePrivateKey):  # one path named for both kinds
-            raise WorkspaceError(f"{path} is not an ECDSA key (workload owner keys are P-384)")
+            raise OwnerKeyRefused(f"{path} is not an ECDSA key (workload owner keys are P-384)")
         digests.append(owner_key_digest(public_key_der(key.public_key())))
     seedshares = []
     for path in seedshare_owner_keys:
@@ -106,7 +106,7 @@ def prepare_owner_keys(
         elif isinstance(made, rsa.RSAPrivateKey):
             public = made.public_key()
         else:
-            raise WorkspaceError(f"{path} is not an RSA key (seed share owner keys are RSA-4096)")
+            raise OwnerKeyRefused(f"{path} is not an RSA key (seed share owner keys are RSA-4096)")
         seedshares.append(public_key_hex(public))
     return OwnerKeys(
         () if disable_updates else tuple(sorted(digests)), tuple(sorted(seedshares)), tuple(new)

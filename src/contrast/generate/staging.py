@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from contrast import syncfs
 from contrast.files import StagedFile, sync_directory
+from contrast.generate.errors import CannotWriteResources
 from contrast.kuberesource import yamlio
 from contrast.kuberesource.yamlmemo import YamlMemo
 
@@ -86,7 +87,7 @@ class StagedWrites:
         try:
             self._file_systems.add(directory)  # before the first write there (module doc)
         except OSError as error:
-            raise yamlio.YamlError(f"cannot write in {directory}: {error.strerror}") from error
+            raise CannotWriteResources(f"cannot write in {directory}: {error.strerror}") from error
 
     def write(
         self, files: Sequence[yamlio.ResourceFile], memo: YamlMemo | None = None
@@ -121,7 +122,7 @@ class StagedWrites:
         try:
             self._file_systems.sync()
         except OSError as error:
-            raise yamlio.YamlError(
+            raise CannotWriteResources(
                 f"cannot write the resource files: {error.strerror}",
                 hint="check the disk (nothing was replaced)",
             ) from error
@@ -182,4 +183,4 @@ def _sync(directory: Path) -> None:
     try:
         sync_directory(directory)
     except OSError as error:
-        raise yamlio.YamlError(f"cannot write in {directory}: {error.strerror}") from error
+        raise CannotWriteResources(f"cannot write in {directory}: {error.strerror}") from error
