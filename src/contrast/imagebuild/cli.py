@@ -24,12 +24,16 @@ from contrast.files import write_atomically
 from contrast.imagebuild import debian, python
 from contrast.imagebuild.build import build
 from contrast.imagebuild.facts import read_back
-from contrast.imagebuild.lock import Lock
+from contrast.imagebuild.lock import BuildError, Lock
 from contrast.imagebuild.spec import DEBIAN_SETS, PYTHON_SETS
 from contrast.kuberesource.releaseimages import RESOURCE, to_bytes
 
 # A fixed default, not the commit time, so that a build of uncommitted changes is reproducible too.
 DEFAULT_EPOCH = 1700000000
+
+
+class UsageError(BuildError):
+    """Options of `contrast-build-images` that ask for no build (`--output` missing)."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"wrote {lock_path}")
             return 0
         if arguments.output is None:
-            raise ContrastError("--output DIR is required to build", hint="or --relock")
+            raise UsageError("--output DIR is required to build", hint="or --relock")
         started = time.monotonic()
         release = build(
             arguments.source,
