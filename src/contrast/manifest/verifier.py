@@ -15,7 +15,7 @@ from datetime import datetime
 
 from contrast.atls.peer import AttestedPeer
 from contrast.attestation import certificates
-from contrast.attestation.errors import AttestationError, Reason, ReferenceMismatch
+from contrast.attestation.errors import AttestationError, Reason
 from contrast.attestation.evidence import Evidence, Tee
 from contrast.attestation.snp import reference as snp_reference
 from contrast.attestation.snp import verify as snp_verify
@@ -26,6 +26,7 @@ from contrast.attestation.tdx import verify as tdx_verify
 from contrast.attestation.tdx.collateral import load_collateral
 from contrast.attestation.tdx.trust import GENUINE_INTEL_ROOTS, IntelRootStore
 from contrast.manifest import model
+from contrast.manifest.errors import ManifestReferenceMismatch
 from contrast.manifest.model import Manifest
 
 POLICY_HASH_SIZE = 32
@@ -91,7 +92,7 @@ class ManifestVerifier:
         else:
             peer = self._verify_tdx(evidence, report_data=report_data, now=now)
         if self._allowed is not None and peer.policy_hash not in self._allowed:
-            raise ReferenceMismatch(
+            raise ManifestReferenceMismatch(
                 "policy hash",
                 " or ".join(sorted(h.hex() for h in self._allowed)) or "(none)",
                 peer.policy_hash.hex(),
@@ -101,7 +102,9 @@ class ManifestVerifier:
 
     def _verify_snp(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
         if not self._snp:
-            raise ReferenceMismatch("platform", "TDX (the manifest has no SNP entries)", "SNP")
+            raise ManifestReferenceMismatch(
+                "platform", "TDX (the manifest has no SNP entries)", "SNP"
+            )
         chain, crl = certificates.split_endorsements(
             evidence.endorsements, what="an SNP endorsement"
         )
@@ -126,7 +129,9 @@ class ManifestVerifier:
 
     def _verify_tdx(self, evidence: Evidence, *, report_data: bytes, now: datetime) -> AttestedPeer:
         if not self._tdx:
-            raise ReferenceMismatch("platform", "SNP (the manifest has no TDX entries)", "TDX")
+            raise ManifestReferenceMismatch(
+                "platform", "SNP (the manifest has no TDX entries)", "TDX"
+            )
         # Collateral (TCB info, QE identity, CRLs) travels with the quote, as the QGS gives it.
         collateral = load_collateral(evidence.endorsements) if evidence.endorsements else None
         failures: list[AttestationError] = []
@@ -142,7 +147,7 @@ class ManifestVerifier:
             body = verified.quote.body
             _check_report_data(body.report_data, report_data)
             if any(body.mr_config_id[POLICY_HASH_SIZE:]):
-                raise ReferenceMismatch(
+                raise ManifestReferenceMismatch(
                     "MrConfigId[32:48]", "zero (a 32-byte policy hash)", body.mr_config_id.hex()
                 )
             return AttestedPeer(Tee.TDX, body.mr_config_id[:POLICY_HASH_SIZE], verified.claims())
@@ -151,7 +156,7 @@ class ManifestVerifier:
 
 def _check_report_data(actual: bytes, expected: bytes) -> None:
     if not hmac.compare_digest(actual, expected):
-        raise ReferenceMismatch(
+        raise ManifestReferenceMismatch(
             "report data",
             "SHA-512(public key ‖ nonce)",
             "other bytes",
