@@ -24,6 +24,7 @@ RUNS: list[tuple[str, list[str], str]] = [
     ("bench_snp.py", [], "SNP verification against one raw P-384 check"),
     ("bench_tdx.py", [], "TDX verification against its raw checks"),
     ("bench_images.py", [], "image layer reading against sha256"),
+    ("bench_layer_write.py", [], "image layer writing against raw gzip of the same bytes"),
     ("bench_meshcert.py", [], "Coordinator NewMeshCert, 64 client processes"),
     ("bench_meshcert.py", ["64", "10", "3"], "NewMeshCert, 64 clients over 3 replicas"),
     ("bench_rejoin.py", [], "a killed Coordinator replica ready again"),
