@@ -40,12 +40,11 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tee import Tee
-from contrast.errors import ContrastError
 from contrast.files import write_atomically
 from contrast.imagebuild import payloadimage
 from contrast.kata import cmdline, config, layout
 from contrast.kata.archive import KataRelease, open_release
-from contrast.kata.errors import KataReleaseError
+from contrast.kata.errors import BuildRequestRefused, KataReleaseError
 from contrast.kata.tree import ReleaseFile
 from contrast.kuberesource import release, yamlio
 from contrast.manifest import defaults
@@ -217,7 +216,7 @@ def _measure(plan: _Plan, request: BuildRequest, line: str) -> list[dict[str, An
     platform = request.platform
     if platform.tee is Tee.SNP:
         if request.tdx_rtmr0 is not None:
-            raise ContrastError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
+            raise BuildRequestRefused("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
         initrd = None if plan.initrd is None else plan.initrd.path
         image = GuestImage(plan.firmware.path, plan.kernel.path, initrd, line)
         return defaults.snp_reference_values(
@@ -284,10 +283,10 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
     """Build `request.platform`'s runtime from the Kata release into `request.output`."""
     platform = request.platform
     if request.max_vcpus < 1:
-        raise ContrastError(f"--max-vcpus must be at least 1, got {request.max_vcpus}")
+        raise BuildRequestRefused(f"--max-vcpus must be at least 1, got {request.max_vcpus}")
     output = request.output
     if output.exists() and _read_only(output):
-        raise ContrastError(f"the output {output} is not a writable directory")
+        raise BuildRequestRefused(f"the output {output} is not a writable directory")
     runtimes = output / RUNTIMES
     base = _base_image(request)
     with open_release(request.release, output) as kata:
@@ -356,12 +355,12 @@ def _base_image(request: BuildRequest) -> payloadimage.BaseImage | None:
     """The node-installer image to add the payload to, read and checked before any write."""
     if request.node_installer_layout is None:
         if request.image_repository is not None:
-            raise ContrastError("--image-repository is for --node-installer-layout")
+            raise BuildRequestRefused("--image-repository is for --node-installer-layout")
         return None
     if request.payload_image is not None:
-        raise ContrastError("--payload-image and --node-installer-layout exclude each other")
+        raise BuildRequestRefused("--payload-image and --node-installer-layout exclude each other")
     if request.image_repository is None:
-        raise ContrastError(
+        raise BuildRequestRefused(
             "--node-installer-layout needs --image-repository REPO",
             hint="the repository you push the image to; the DaemonSet names it REPO@sha256:...",
         )
