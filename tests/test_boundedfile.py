@@ -12,7 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from contrast.boundedfile import FileTooLarge, describe_size, read_bounded, read_stream_bounded
+from contrast.boundedfile import (
+    FileTooLarge,
+    check_size,
+    describe_size,
+    read_bounded,
+    read_stream_bounded,
+    read_text_stream_bounded,
+)
 from tests import endless
 
 BOUND = 1 << 20
@@ -97,6 +104,25 @@ def test_a_stream_is_bounded_too() -> None:
     assert read_stream_bounded(io.BytesIO(b"abc"), 3, name="-", what="the input") == b"abc"
     with pytest.raises(FileTooLarge, match="the input - is larger than 3 bytes"):
         read_stream_bounded(io.BytesIO(b"abcd"), 3, name="-", what="the input")
+
+
+def test_a_text_stream_is_bounded_by_its_characters() -> None:
+    """A StringIO has no byte buffer: more characters than the bound are more bytes too."""
+    assert read_text_stream_bounded(io.StringIO("a" * 8), 8, name="on stdin", what="x") == "a" * 8
+    with pytest.raises(FileTooLarge, match=r"^the YAML on stdin is larger than 8 bytes"):
+        read_text_stream_bounded(io.StringIO("a" * 9), 8, name="on stdin", what="the YAML")
+
+
+def test_a_file_another_program_reads_is_refused_by_its_size(tmp_path: Path) -> None:
+    """As read_bounded refuses it, unread; what is not a regular file is left to that program."""
+    large = tmp_path / "kernel"
+    large.write_bytes(bytes(9))
+    with pytest.raises(FileTooLarge, match=f"^the kernel {large} is larger than 8 bytes"):
+        check_size(large, 8, what="the kernel", hint="use the release's")
+    check_size(tmp_path / "kernel.small", 8, what="the kernel")  # absent: that program says so
+    check_size(Path("/dev/zero"), 8, what="the kernel")
+    (tmp_path / "kernel.small").write_bytes(bytes(8))
+    check_size(tmp_path / "kernel.small", 8, what="the kernel")
 
 
 def test_errors_of_the_file_system_are_left_to_the_caller(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, TextIO
 
 from contrast.errors import ContrastError
 
@@ -59,6 +59,27 @@ def read_stream_bounded(
     if data is None:
         raise too_large(name, max_bytes, what=what, hint=hint)
     return data
+
+
+def check_size(path: Path, max_bytes: int, *, what: str, hint: str | None = None) -> None:
+    """`read_bounded`'s refusal for a file another program reads itself, told by its size.
+
+    Only a regular file is checked (its size is all there is to know before that program reads
+    it); anything else is left to that program, which must refuse it.
+    """
+    if path.is_file() and path.stat().st_size > max_bytes:
+        raise too_large(path, max_bytes, what=what, hint=hint)
+
+
+def read_text_stream_bounded(
+    stream: TextIO, max_bytes: int, *, name: str, what: str, hint: str | None = None
+) -> str:
+    """`read_stream_bounded` for a text stream without a byte buffer (a `StringIO`): at most
+    `max_bytes` characters are accepted, and a text has at least as many bytes as characters."""
+    text = stream.read(max_bytes + 1)
+    if len(text) > max_bytes:
+        raise too_large(name, max_bytes, what=what, hint=hint)
+    return text
 
 
 def too_large(path: Path | str, max_bytes: int, *, what: str, hint: str | None) -> FileTooLarge:

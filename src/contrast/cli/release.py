@@ -18,9 +18,9 @@ from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tdx.eventlog import read_event_log
 from contrast.attestation.tee import Tee
-from contrast.boundedfile import read_bounded, too_large
+from contrast.boundedfile import check_size, read_bounded
+from contrast.cli.errors import CliError, UsageError
 from contrast.cli.imagereplace import add_image_replacements, image_replacements
-from contrast.errors import ContrastError
 from contrast.history.backends import HistoryBackend
 from contrast.kata.build import BuildRequest, build_runtime
 from contrast.kuberesource import release, releaseimages, yamlio
@@ -81,7 +81,7 @@ def _selector(pairs: Sequence[str]) -> dict[str, str]:
     for pair in pairs:
         key, separator, value = pair.partition("=")
         if not separator or not key:
-            raise ContrastError(f"--node-selector {pair!r} is not KEY=VALUE")
+            raise UsageError(f"--node-selector {pair!r} is not KEY=VALUE")
         selector[key] = value
     return selector
 
@@ -93,7 +93,7 @@ def print_documents(documents: Sequence[dict[str, Any]]) -> None:
 def _without_image_replacements(arguments: argparse.Namespace, command: str) -> None:
     """`runtime --image-replacements F build` would take the flag and ignore it: refuse."""
     if arguments.image_replacements is not None:
-        raise ContrastError(
+        raise UsageError(
             f"--image-replacements applies to the printed resources, not to `runtime {command}`",
             hint="it replaces images in the output of `contrast runtime --platform P`",
         )
@@ -226,7 +226,7 @@ def run_reference_values(arguments: argparse.Namespace) -> int:
     platform = by_name(arguments.platform)
     if platform.tee is Tee.SNP:
         if arguments.tdx_rtmr0 or arguments.tdx_event_log:
-            raise ContrastError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
+            raise UsageError("--tdx-rtmr0 and --tdx-event-log are for TDX platforms")
         for path, what, bound in (
             (arguments.firmware, "firmware", FIRMWARE_MAX_BYTES),
             (arguments.kernel, "kernel", KERNEL_MAX_BYTES),
@@ -262,7 +262,7 @@ def _rtmr0(arguments: argparse.Namespace) -> bytes | None:
         try:
             return bytes.fromhex(arguments.tdx_rtmr0)
         except ValueError:
-            raise ContrastError("--tdx-rtmr0 is not hex") from None
+            raise UsageError("--tdx-rtmr0 is not hex") from None
     if arguments.tdx_event_log:
         table, data = (
             _read(path, "TDX event log", EVENT_LOG_MAX_BYTES) for path in arguments.tdx_event_log
@@ -273,7 +273,7 @@ def _rtmr0(arguments: argparse.Namespace) -> bytes | None:
 
 def _tdx_measurements(arguments: argparse.Namespace) -> measure.TdxLaunchMeasurements:
     if arguments.kernel is None:
-        raise ContrastError("TDX reference values need --kernel (direct boot)")
+        raise UsageError("TDX reference values need --kernel (direct boot)")
     rtmr0 = _rtmr0(arguments)
     return measure.predict(
         _read(arguments.firmware, "firmware", FIRMWARE_MAX_BYTES),
@@ -291,8 +291,8 @@ def _check_size(path: Path | None, what: str, max_bytes: int) -> None:
     Only regular files are measured (`launch_digest` refuses anything else), so the size is
     all there is to check here.
     """
-    if path is not None and path.is_file() and path.stat().st_size > max_bytes:
-        raise too_large(path, max_bytes, what=f"the {what}", hint=_GUEST_FILE)
+    if path is not None:
+        check_size(path, max_bytes, what=f"the {what}", hint=_GUEST_FILE)
 
 
 def _read(path: Path, what: str, max_bytes: int) -> bytes:
@@ -300,7 +300,7 @@ def _read(path: Path, what: str, max_bytes: int) -> bytes:
     try:
         return read_bounded(path, max_bytes, what=f"the {what}", hint=_GUEST_FILE)
     except OSError as error:
-        raise ContrastError(f"cannot read {path}: {error.strerror}") from None
+        raise CliError(f"cannot read {path}: {error.strerror}") from None
 
 
 def run_runtime(arguments: argparse.Namespace) -> int:

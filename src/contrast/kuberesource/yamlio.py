@@ -37,7 +37,7 @@ from ruamel.yaml.scalarstring import (
     SingleQuotedScalarString,
 )
 
-from contrast.boundedfile import read_bounded, read_stream_bounded, too_large
+from contrast.boundedfile import read_bounded, read_stream_bounded, read_text_stream_bounded
 from contrast.files import StagedFile, stage, sync_directory
 from contrast.jsontext import dumps_compact
 from contrast.kuberesource import yamlblob, yamlbounds
@@ -725,10 +725,9 @@ def _read_stdin(stream: TextIO) -> str:
     limit = yamlbounds.MAX_FILE_BYTES
     buffer = getattr(stream, "buffer", None)
     if buffer is None:  # a text stream of its own (tests pass a StringIO)
-        text = stream.read(limit + 1)
-        if len(text) > limit:
-            raise too_large("on stdin", limit, what="the YAML", hint=_SPLIT)
-        return text
+        return read_text_stream_bounded(
+            stream, limit, name="on stdin", what="the YAML", hint=_SPLIT
+        )
     data = read_stream_bounded(buffer, limit, name="on stdin", what="the YAML", hint=_SPLIT)
     try:
         return data.decode("utf-8")
