@@ -9,6 +9,10 @@ outside the hierarchy (a bare `Exception` or `ValueError` subclass), fails here 
 
 Private classes (`_Declined`, ...) are the exception: control flow inside one module, caught
 there; the test checks that no other module names them, so none can escape as an error.
+
+And every package raises only its own errors: each `raise` whose class the code tells (a class,
+or the class a helper it calls constructs) is checked to be of the raising package, never
+another package's nor the bare `ContrastError`.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 from types import ModuleType
@@ -135,48 +140,145 @@ def test_private_exceptions_stay_in_their_module() -> None:
     assert not escaped, f"private exceptions named outside their module: {escaped}"
 
 
-def _raises(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, name) of each `raise Name(...)` or `raise module.Name` in `tree`."""
-    found = []
+def _packages() -> list[str]:
+    """Every package as test_layering names them: a folder or a top-level module of contrast."""
+    folders = [p.name for p in SOURCE.iterdir() if p.is_dir() and (p / "__init__.py").is_file()]
+    modules = [p.stem for p in SOURCE.glob("*.py")]
+    return sorted(folders + modules)
+
+
+def _files(package: str) -> list[Path]:
+    folder = SOURCE / package
+    return sorted(folder.rglob("*.py")) if folder.is_dir() else [SOURCE / f"{package}.py"]
+
+
+def _namespace(path: Path, tree: ast.Module) -> dict[str, object]:
+    """The names a module's raises can use: its globals; for a `__main__` (importing it would run
+    a command), what its top-level `contrast` imports bind."""
+    parts = path.relative_to(SOURCE.parent).with_suffix("").parts
+    name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    if parts[-1] != "__main__":
+        return vars(importlib.import_module(name))
+    namespace: dict[str, object] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("contrast"):
+            module = importlib.import_module(node.module or "")
+            for alias in node.names:
+                value = getattr(module, alias.name, None)
+                if value is None:
+                    value = importlib.import_module(f"{node.module}.{alias.name}")
+                namespace[alias.asname or alias.name] = value
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("contrast") and alias.asname:
+                    namespace[alias.asname] = importlib.import_module(alias.name)
+    return namespace
+
+
+def _resolve(namespace: dict[str, object], expression: ast.expr) -> object:
+    """What `Name` or `a.b.C` names in `namespace`; None for anything else (a variable)."""
+    if isinstance(expression, ast.Name):
+        return namespace.get(expression.id)
+    if isinstance(expression, ast.Attribute):
+        base = _resolve(namespace, expression.value)
+        return None if base is None else getattr(base, expression.attr, None)
+    return None
+
+
+def _exceptions_of(value: object, depth: int = 0) -> list[type[BaseException]]:
+    """The classes a raise makes: the class itself, or those a function it calls constructs in
+    its `return X(...)` statements (`raise history_damaged(...)`, `raise self._refuse(...)`).
+    A function that returns an error it was given (`raise _most_telling(failures)`) makes none:
+    that error was made, and checked, where it was raised first."""
+    if inspect.isclass(value) and issubclass(value, BaseException):
+        return [value]
+    function = inspect.unwrap(value) if callable(value) else None
+    if not inspect.isfunction(function) or depth > 2:
+        return []
+    tree = ast.parse(textwrap.dedent(inspect.getsource(function)))
+    made: list[type[BaseException]] = []
     for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
+            called = _resolve(function.__globals__, node.value.func)
+            made.extend(_exceptions_of(called, depth + 1))
+    return made
+
+
+def _raised_classes(path: Path) -> list[tuple[int, type[BaseException]]]:
+    """(line, class) of each raise in the file whose class can be told from the code: a class,
+    a module's attribute, a function or a method of the enclosing class with an exception as
+    its return annotation. A re-raise of a variable (`raise error`) made nothing new."""
+    tree = ast.parse(path.read_text(), str(path))
+    namespace = _namespace(path, tree)
+    found: list[tuple[int, type[BaseException]]] = []
+
+    def visit(node: ast.AST, owner: object) -> None:
+        if isinstance(node, ast.ClassDef):
+            owner = namespace.get(node.name) if owner is None else getattr(owner, node.name, None)
         if isinstance(node, ast.Raise) and node.exc is not None:
-            raised = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-            if isinstance(raised, ast.Name):
-                found.append((node.lineno, raised.id))
-            elif isinstance(raised, ast.Attribute):
-                found.append((node.lineno, raised.attr))
+            made = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+            is_method = (
+                isinstance(made, ast.Attribute)
+                and isinstance(made.value, ast.Name)
+                and made.value.id in ("self", "cls")
+            )
+            if is_method and isinstance(made, ast.Attribute):
+                value = getattr(owner, made.attr, None) if owner is not None else None
+            else:
+                value = _resolve(namespace, made)
+            found.extend((node.lineno, raised) for raised in _exceptions_of(value))
+        for child in ast.iter_child_nodes(node):
+            visit(child, owner)
+
+    visit(tree, None)
     return found
 
 
-# Raises a package still makes of others' errors or the bare root, counted by file: the check
-# fails when a count changes either way. cli/release.py is another change's, still in flight.
-KNOWN_FOREIGN_RAISES = {"cli/release.py": 6}
+def _foreign(package: str, raised: type[BaseException]) -> bool:
+    """Another package's error, or the bare root: `contrast.errors` is its own package's."""
+    module = raised.__module__
+    return module.startswith("contrast.") and not f"{module}.".startswith(f"contrast.{package}.")
 
 
-@pytest.mark.parametrize("package", ["ca", "attestation", "cli"])
+def test_the_raise_walk_finds_the_raises() -> None:
+    """Guards the walk: resolving nothing would let every package pass."""
+    everything = [
+        (path, line, raised)
+        for package in _packages()
+        for path in _files(package)
+        for line, raised in _raised_classes(path)
+    ]
+    contrast_raises = [r for r in everything if r[2].__module__.startswith("contrast.")]
+    assert len(contrast_raises) > 500, len(contrast_raises)
+    found = {(p.relative_to(SOURCE).as_posix(), line, r.__name__) for p, line, r in everything}
+    for file, fragment, name in (
+        ("coordinator/core.py", 'raise history_damaged("the history head', "StoredStateDamaged"),
+        ("kata/unpack.py", "raise self._refuse(", "KataReleaseError"),
+        ("generate/staging.py", "raise CannotWriteResources(", "CannotWriteResources"),
+        ("boundedjson.py", "raise JsonInputError(", "JsonInputError"),
+    ):
+        lines = (SOURCE / file).read_text().splitlines()
+        line = next(n for n, text in enumerate(lines, 1) if fragment in text)
+        assert (file, line, name) in found, (file, line, fragment)
+
+
+@pytest.mark.parametrize("package", _packages())
 def test_a_package_raises_only_its_own_errors(package: str) -> None:
     """A package raises its own errors (or a builtin), not another package's nor the bare root.
 
     Issue 27: `ca/sealed.py` raised `history` errors, so the Coordinator could not tell a damaged
     history entry from a CA sealed by another seed; `attestation` raised the bare `ContrastError`
     for bad arguments; the CLI's commands raised the bare root for their options, and the
-    Coordinator package's CannotListen for a port of their own (cli.errors has both now).
-    Checked for these three (other packages still raise the bare root).
+    Coordinator package's CannotListen for a port of their own (cli.errors has both now). Then
+    every package: a refusal of another package's class (the manifest verifier's
+    ReferenceMismatch, generate's WorkspaceError) is a class of the raiser's, under both where a
+    caller must still catch it as the other (`manifest.errors.ManifestReferenceMismatch`).
+    An error that only passes through a package is not raised by it and is not counted.
     """
-    foreign: dict[str, list[str]] = defaultdict(list)
-    for path in sorted((SOURCE / package).rglob("*.py")):
-        module = importlib.import_module(
-            ".".join(path.relative_to(SOURCE.parent).with_suffix("").parts)
-        )
-        for line, name in _raises(ast.parse(path.read_text(), str(path))):
-            value = getattr(module, name, None)
-            if (
-                inspect.isclass(value)
-                and issubclass(value, BaseException)
-                and value.__module__.startswith("contrast.")
-                and not value.__module__.startswith(f"contrast.{package}.")
-            ):
-                foreign[str(path.relative_to(SOURCE))].append(f"{line}: {_describe(value)}")
-    known = {file: n for file, n in KNOWN_FOREIGN_RAISES.items() if file.startswith(f"{package}/")}
-    counted = {file: len(places) for file, places in foreign.items()}
-    assert counted == known, f"{package} raises other packages' errors: {dict(foreign)}"
+    foreign = [
+        f"{path.relative_to(SOURCE)}:{line}: {_describe(raised)}"
+        for path in _files(package)
+        for line, raised in _raised_classes(path)
+        if _foreign(package, raised)
+    ]
+    assert not foreign, f"{package} raises other packages' errors or the bare root: {foreign}"
