@@ -51,8 +51,14 @@ images built from the tree at a05573e, same 8 pods and 20 s windows, the host's 
 58.5 (0.13x, 0.07x). The metric agreed with the pods' count in every window, and the pods' logs
 show no failed attempt (before: 1113 / 1011 a window, all CERTIFICATE_VERIFY_FAILED). The loops
 do not count the re-pins inside one request (a fetch and a handshake more for each connection
-that reaches another replica, two in three on average), so how much of the 3-replica rate they
-cost against three replicas' processes on two loaded cores is not measured here.
+that reaches another replica, two in three on average). A second run with the loop counting its
+`fetch_certificate` calls (a local patch, not in this file), load average 27-35: 3 replicas
+189 / 113 certificates in the windows (9.5 / 5.7 per s) for 573 / 305 fetches, 3.0 and 2.7 a
+certificate, as expected (that run's floor is lost: deleting the namespace timed out at that
+load); 1 replica 15.7 / 19.4 per s against a floor of 103.2 (0.15x, 0.19x), one fetch a
+certificate. So each certificate from 3 replicas costs about three fetches and handshakes, two
+of them with a replica that is not the pinned one. One replica, which the re-pin does not touch,
+has given 15.7 to 92.9 per s on this shared host: the load, not the tree, sets these figures.
 """
 
 from __future__ import annotations
