@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import subprocess
+import textwrap
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from contrast.ca.authority import (
     ROOT_COMMON_NAME,
     WORKLOAD_SECRET_ID_OID,
     CertificateAuthority,
+    pem_certificate,
     subject_alternative_names,
 )
 
@@ -293,3 +296,29 @@ def test_an_extension_given_twice_is_refused(authority: CertificateAuthority) ->
         authority.issue_mesh_certificate(key, ["web"], now=NOW, extensions=[san])
     with pytest.raises(ValueError, match="already in the leaf"):
         authority.issue_mesh_certificate(key, ["web"], now=NOW, extensions=[EXTRA, EXTRA])
+
+
+@pytest.mark.parametrize(("curve", "sans", "now", "secret_id", "extra"), CASES)
+def test_the_leaf_pem_is_what_cryptography_writes(  # noqa: PLR0917
+    authority: CertificateAuthority,
+    curve: ec.EllipticCurve,
+    sans: list[str],
+    now: datetime,
+    secret_id: str | None,
+    extra: list[x509.Extension[x509.ExtensionType]],
+) -> None:
+    """The Coordinator sends the DER leaf as PEM without parsing it: the bytes are those of
+    cryptography's PEM encoder for the parsed leaf (lengths that end a line exactly and not)."""
+    key = ec.generate_private_key(curve).public_key()
+    leaf = authority.issue_mesh_certificate_der(
+        key, sans, now=now, workload_secret_id=secret_id, extensions=extra
+    )
+    parsed = x509.load_der_x509_certificate(leaf)
+    assert pem_certificate(leaf) == parsed.public_bytes(serialization.Encoding.PEM)
+    for size in (1, 47, 48, 49, 96):  # base64 of 48 bytes fills one 64-character line
+        assert pem_certificate(bytes(range(size))) == _pem_reference(bytes(range(size)))
+
+
+def _pem_reference(data: bytes) -> bytes:
+    body = "\n".join(textwrap.wrap(base64.b64encode(data).decode(), 64))
+    return f"-----BEGIN CERTIFICATE-----\n{body}\n-----END CERTIFICATE-----\n".encode()

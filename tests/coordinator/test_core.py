@@ -86,6 +86,10 @@ def test_workload_secret_is_derived_from_the_seed(deployment: Deployment) -> Non
     key, nonce, evidence = mesh_request(coordinator, deployment, "web")
     issued = coordinator.new_mesh_certificate(nonce, public_key_der(key.public_key()), evidence)
     assert issued.workload_secret == engine.workload_secret("core/v1/Pod/default/web")
+    # The second certificate's secret comes from the state's memo: the same bytes.
+    key, nonce, evidence = mesh_request(coordinator, deployment, "web")
+    again = coordinator.new_mesh_certificate(nonce, public_key_der(key.public_key()), evidence)
+    assert again.workload_secret == issued.workload_secret
 
 
 def test_policy_hash_not_in_the_manifest_gets_nothing(deployment: Deployment) -> None:

@@ -8,6 +8,7 @@ verifies against the mesh CA directly, or against the root through the intermedi
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -227,7 +228,31 @@ class CertificateAuthority:
         workload_secret_id: str | None = None,
         extensions: Sequence[x509.Extension[x509.ExtensionType]] = (),
     ) -> x509.Certificate:
-        """A leaf for `public_key`, the key bound in the workload's verified evidence.
+        """A leaf for `public_key` (see `issue_mesh_certificate_der`), as a certificate object."""
+        return x509.load_der_x509_certificate(
+            self.issue_mesh_certificate_der(
+                public_key,
+                sans,
+                now=now,
+                workload_secret_id=workload_secret_id,
+                extensions=extensions,
+            )
+        )
+
+    def issue_mesh_certificate_der(
+        self,
+        public_key: CertificateIssuerPublicKeyTypes,
+        sans: Sequence[str],
+        *,
+        now: datetime,
+        workload_secret_id: str | None = None,
+        extensions: Sequence[x509.Extension[x509.ExtensionType]] = (),
+    ) -> bytes:
+        """A leaf for `public_key`, the key bound in the workload's verified evidence, in DER.
+
+        The Coordinator sends the leaf as PEM (`pem_certificate`) and never reads it back, so it
+        takes the bytes: parsing them into a certificate object only to encode them again cost
+        about a twentieth of issuing a leaf.
 
         The TBSCertificate is the one `CertificateBuilder` would encode (tests/ca hold the two
         byte for byte), assembled from parts encoded once per CA and per SAN list and signed with
@@ -263,11 +288,18 @@ class CertificateAuthority:
             + der.tlv(_EXTENSIONS_TAG, extension_list),
         )
         signature = self.mesh_key.sign(tbs, _ECDSA_SHA384)
-        certificate = der.tlv(
+        return der.tlv(
             der.SEQUENCE,
             tbs + _SIGNATURE_ALGORITHM + der.tlv(der.BIT_STRING, b"\x00" + signature),
         )
-        return x509.load_der_x509_certificate(certificate)
+
+
+def pem_certificate(certificate_der: bytes) -> bytes:
+    """A DER certificate as PEM, byte for byte what cryptography's `public_bytes(PEM)` writes:
+    the CERTIFICATE armour around base64 in lines of 64 characters."""
+    text = base64.b64encode(certificate_der)
+    lines = b"\n".join(text[at : at + 64] for at in range(0, len(text), 64))
+    return b"-----BEGIN CERTIFICATE-----\n" + lines + b"\n-----END CERTIFICATE-----\n"
 
 
 @lru_cache(maxsize=SAN_CACHE_SIZE)

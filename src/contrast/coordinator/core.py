@@ -30,7 +30,7 @@ from contrast.atls.peer import EvidenceVerifier
 from contrast.atls.reportdata import report_data
 from contrast.attestation.errors import AttestationError
 from contrast.attestation.evidence import Evidence
-from contrast.ca.authority import CertificateAuthority
+from contrast.ca.authority import CertificateAuthority, pem_certificate
 from contrast.ca.errors import SealedAuthorityDamaged
 from contrast.ca.sealed import seal, sealer_id, unseal
 from contrast.coordinator.errors import (
@@ -84,6 +84,10 @@ class State:
     # walks the chain back, one read per past update, so a restart does not).
     generation: int | None
     verifier: EvidenceVerifier
+    # Each workload secret id's secret, derived once (HKDF per certificate was about a twentieth
+    # of issuing one): a function of the seed, which every state a `replace` makes keeps, and of
+    # ids the active manifests name, so it stays as small as they are.
+    workload_secrets: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -826,14 +830,15 @@ class Coordinator:
             raise PermissionDenied(
                 f"policy hash {peer.policy_hash.hex()} is not in the active manifest"
             )
-        leaf = state.authority.issue_mesh_certificate(
+        leaf = state.authority.issue_mesh_certificate_der(
             key, entry.sans, now=now, workload_secret_id=entry.workload_secret_id or None
         )
-        secret = (
-            state.seed.workload_secret(entry.workload_secret_id)
-            if entry.workload_secret_id
-            else None
-        )
+        secret = None
+        if entry.workload_secret_id:
+            secret = state.workload_secrets.get(entry.workload_secret_id)
+            if secret is None:
+                secret = state.seed.workload_secret(entry.workload_secret_id)
+                state.workload_secrets[entry.workload_secret_id] = secret
         self.metrics.mesh_certificates.inc()
-        chain = leaf.public_bytes(serialization.Encoding.PEM) + state.authority.intermediate_pem
+        chain = pem_certificate(leaf) + state.authority.intermediate_pem
         return MeshCertificate(state.authority.mesh_ca_pem, chain, state.authority.root_pem, secret)
