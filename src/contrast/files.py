@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -123,6 +124,22 @@ def sync_directory(directory: Path) -> None:
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def replace_directory(staging: Path, final: Path) -> None:
+    """Rename the finished `staging` tree to `final`, replacing an existing `final` whole.
+
+    The old tree is first renamed aside (into a fresh directory beside `final`), so at every
+    moment `final` is either the old tree or the new one, never a mix; the old one is removed
+    last.
+    """
+    if final.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
+        os.replace(final, trash / final.name)
+        os.replace(staging, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, final)
 
 
 def remove_orphaned_temporaries(directory: Path) -> list[Path]:

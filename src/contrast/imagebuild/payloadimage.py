@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
 import shlex
 import shutil
 import stat
@@ -33,6 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from contrast.boundedfile import read_bounded
+from contrast.files import replace_directory
 from contrast.imagebuild.layer import Entry, Layer
 from contrast.imagebuild.lock import BuildError
 from contrast.imagebuild.oci import CONFIG_TYPE, LAYER_TYPE, LayoutWriter
@@ -210,7 +210,7 @@ def write_payload_image(
             )
         )
         writer.finish()
-        _replace_directory(staging, output)
+        replace_directory(staging, output)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return PayloadImage(output, name, digest, layer, base.digest, repository)
@@ -294,14 +294,3 @@ def _copy_blob(layout: OciLayout, digest: str, target: Path) -> None:
     destination = target / "blobs" / "sha256" / digest.removeprefix("sha256:")
     if not destination.exists():
         shutil.copyfile(_blob_path(layout, digest), destination)
-
-
-def _replace_directory(staging: Path, final: Path) -> None:
-    """Rename `staging` to `final`; an existing `final` is moved aside first and removed after."""
-    if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-        os.replace(final, trash / final.name)
-        os.replace(staging, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, final)

@@ -40,7 +40,7 @@ from typing import Any
 from contrast.attestation.snp.launch import DEFAULT_VCPU_COUNTS, GuestImage
 from contrast.attestation.tdx import measure
 from contrast.attestation.tee import Tee
-from contrast.files import write_atomically
+from contrast.files import replace_directory, write_atomically
 from contrast.imagebuild import payloadimage
 from contrast.kata import cmdline, config, layout
 from contrast.kata.archive import KataRelease, open_release
@@ -264,17 +264,6 @@ def _check_names(files: list[_File]) -> None:
         seen[file.name] = file.relative
 
 
-def _place(staging: Path, final: Path) -> None:
-    """Rename the staged payload into place; an existing one (same handler) is replaced whole."""
-    if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-        os.replace(final, trash / final.name)
-        os.replace(staging, final)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(staging, final)
-
-
 def _read_only(path: Path) -> bool:
     return not os.access(path, os.W_OK) or not stat.S_ISDIR(path.stat().st_mode)
 
@@ -313,7 +302,7 @@ def build_runtime(request: BuildRequest) -> BuiltRuntime:
             handler = handler_of(description)
             write_atomically(staging / PAYLOAD_DESCRIPTION, description.to_json().encode())
             payload = runtimes / handler
-            _place(staging, payload)
+            replace_directory(staging, payload)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     image = None
