@@ -34,7 +34,8 @@ CONFIG_TYPE = "application/vnd.oci.image.config.v1+json"
 LAYER_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
 
 
-def _canonical(document: Mapping[str, Any]) -> bytes:
+def canonical_json(document: Mapping[str, Any]) -> bytes:
+    """The bytes of a layout's JSON documents: sorted keys, no spaces, so digests are stable."""
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -65,7 +66,7 @@ class LayoutWriter:
         self.blobs = path / "blobs/sha256"
         self.blobs.mkdir(parents=True, exist_ok=True)
         if not (path / "oci-layout").exists():
-            write_atomically(path / "oci-layout", _canonical({"imageLayoutVersion": "1.0.0"}))
+            write_atomically(path / "oci-layout", canonical_json({"imageLayoutVersion": "1.0.0"}))
         self.images: list[tuple[str, dict[str, Any]]] = []
 
     def blob(self, data: bytes) -> str:
@@ -101,7 +102,7 @@ class LayoutWriter:
             "rootfs": {"type": "layers", "diff_ids": [layer.diff_id for layer in layers]},
             "history": [{"created": created, "created_by": "contrast-build-images"}] * len(layers),
         }
-        config_data = _canonical(config)
+        config_data = canonical_json(config)
         for layer in layers:
             self._import(layer)
         manifest = {
@@ -117,7 +118,7 @@ class LayoutWriter:
                 for layer in layers
             ],
         }
-        manifest_data = _canonical(manifest)
+        manifest_data = canonical_json(manifest)
         digest = self.blob(manifest_data)
         descriptor = {
             "mediaType": OCI_MANIFEST,
@@ -186,4 +187,4 @@ class LayoutWriter:
             "mediaType": OCI_INDEX,
             "manifests": [descriptor for _, descriptor in sorted(self.images)],
         }
-        write_atomically(self.path / "index.json", _canonical(index))
+        write_atomically(self.path / "index.json", canonical_json(index))

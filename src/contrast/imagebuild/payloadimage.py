@@ -35,7 +35,7 @@ from contrast.boundedfile import read_bounded
 from contrast.files import replace_directory
 from contrast.imagebuild.layer import Entry, Layer
 from contrast.imagebuild.lock import BuildError
-from contrast.imagebuild.oci import CONFIG_TYPE, LAYER_TYPE, LayoutWriter
+from contrast.imagebuild.oci import CONFIG_TYPE, LAYER_TYPE, LayoutWriter, canonical_json
 from contrast.images.layout import OciLayout
 from contrast.images.manifest import (
     MAX_DOCUMENT_SIZE,
@@ -224,7 +224,7 @@ def _documents(base: BaseImage, layer: Layer, handler: str) -> tuple[bytes, byte
     if "created" in config:
         step = {"created": config["created"], **step}
     config["history"] = [*config.get("history", []), step]
-    config_data = _canonical(config)
+    config_data = canonical_json(config)
     manifest = copy.deepcopy(dict(base.manifest))
     manifest["config"] = {
         **manifest["config"],
@@ -236,12 +236,8 @@ def _documents(base: BaseImage, layer: Layer, handler: str) -> tuple[bytes, byte
         *manifest["layers"],
         {"mediaType": LAYER_TYPE, "digest": layer.digest, "size": layer.size},
     ]
-    manifest_data = _canonical(manifest)
+    manifest_data = canonical_json(manifest)
     return config_data, manifest_data
-
-
-def _canonical(document: Mapping[str, Any]) -> bytes:
-    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
 def _sha256(data: bytes) -> str:
