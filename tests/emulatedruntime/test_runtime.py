@@ -24,11 +24,11 @@ import pytest
 from contrast.api import teeendpoint as endpoint
 from contrast.api.convert import evidence_from_proto
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
+from contrast.atls.errors import InvalidIssuerOptions
 from contrast.atls.issuers import TeeKind, make_issuer
 from contrast.attestation.certificates import load_certificate
 from contrast.attestation.emulated.snp import load_roots
 from contrast.attestation.snp.verify import verify_evidence
-from contrast.errors import ContrastError
 from contrast.policy import initdata
 from tests.emulatedruntime.node import IMAGE, PROBE, REPORT_DATA, Node, Pod, app_pod
 
@@ -281,7 +281,7 @@ def test_the_workload_issuer_takes_the_pods_socket(
     issuer = make_issuer(TeeKind.EMULATED, state_dir=None, policy_hash=None)
     evidence = issuer.issue(bytes(64))
     assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash
-    with pytest.raises(ContrastError, match="the node fixes the policy hash"):
+    with pytest.raises(InvalidIssuerOptions, match="the node fixes the policy hash"):
         make_issuer(TeeKind.EMULATED, state_dir=None, policy_hash=bytes(32))
 
 
@@ -316,3 +316,48 @@ def test_a_dead_tee_comes_back_with_the_next_container(node: Node, running: Pod)
     assert started.returncode == 0, started.stderr
     evidence = endpoint.request_evidence(tee, bytes(64))
     assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash
+
+
+def test_a_sandbox_whose_shim_died_is_reaped_by_the_next_sandbox(node: Node, running: Pod) -> None:
+    """A shim killed (cluster.sh down did that, a crash does) sends no delete: its sandbox's TEE
+    server ran on and its directory stayed. The next sandbox the runtime creates reaps it, and
+    leaves the running pod's alone."""
+    sandboxes = node.state / "sandboxes"
+    live = Sandbox(sandboxes / running.sandbox_id)
+    live_server = live.server_pid()
+    assert live_server is not None
+    pod = app_pod(node.roots, name="shim-killed")
+    started = node.run(pod.sandbox_id, node.sandbox_spec(pod))
+    assert started.returncode == 0, started.stderr
+    orphan = Sandbox(sandboxes / pod.sandbox_id)
+    server = orphan.server_pid()
+    owner = orphan.owner()
+    assert server is not None and owner is not None and owner.runs()
+    # The recorded owner is the sandbox's shim, which ran its runc create.
+    assert b"containerd-shim" in Path(f"/proc/{owner.pid}/cmdline").read_bytes()
+    os.kill(owner.pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while owner.runs():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert orphan.server_pid() == server  # no delete came: the TEE server runs on
+
+    following = app_pod(node.roots, name="following")
+    try:
+        started = node.run(following.sandbox_id, node.sandbox_spec(following))
+        assert started.returncode == 0, started.stderr
+        deadline = time.monotonic() + 10
+        while _state(server) != "Z" and Path(f"/proc/{server}").exists():
+            assert time.monotonic() < deadline, f"the orphan's TEE server {server} still runs"
+            time.sleep(0.05)
+        assert not orphan.directory.exists()
+        assert NodeState(node.state).sandbox_of(pod.sandbox_id) is None
+        # The running pod and the new one keep theirs.
+        assert live.server_pid() == live_server
+        evidence = endpoint.request_evidence(live.tee_socket, bytes(64))
+        assert evidence.report[0xC0:0xE0].hex() == running.policy.policy_hash
+        assert Sandbox(sandboxes / following.sandbox_id).server_pid() is not None
+    finally:
+        node.remove(following.sandbox_id)
+        node.remove(pod.sandbox_id)
