@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from contrast.emulatedruntime import teeserver
 from contrast.emulatedruntime.launcher import render_launcher
-from contrast.emulatedruntime.node import NodeSettings
+from contrast.emulatedruntime.node import NodeSettings, NodeState, Sandbox
 from contrast.emulatedruntime.roots import ensure_roots, export_public
 from contrast.images.model import ImageConfig, ImageFacts
 from contrast.kuberesource.workloads import Workload
@@ -54,6 +55,14 @@ print("roots visible:", os.path.exists(sys.argv[1]), flush=True)
 print("tee dir:", sorted(os.listdir("/run/contrast-tee")), flush=True)
 time.sleep(3600)
 """
+
+
+def stop_servers(node: NodeState) -> None:
+    """Stop the TEE server of every sandbox of `node` (a test's own state directory), so that
+    a failed test leaves none running."""
+    if node.sandboxes_directory.is_dir():
+        for directory in node.sandboxes_directory.iterdir():
+            teeserver.stop(Sandbox(directory))
 
 
 def check_tools() -> None:
@@ -173,11 +182,13 @@ class Node:
         self.rootfs = self._rootfs()
 
     def stop(self) -> None:
-        for container in self.containers():
-            self.ctr("tasks", "kill", "--signal", "SIGKILL", container, check=False)
-        time.sleep(0.3)
-        for container in self.containers():
-            self.remove(container)
+        # A containerd a test stopped is not asked (ctr waits 10 s for a socket nobody serves).
+        if self.process is not None and self.process.poll() is None:
+            for container in self.containers():
+                self.ctr("tasks", "kill", "--signal", "SIGKILL", container, check=False)
+            time.sleep(0.3)
+            for container in self.containers():
+                self.remove(container)
         if self.process is not None:
             self.process.terminate()
             self.process.wait(timeout=30)

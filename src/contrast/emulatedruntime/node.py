@@ -6,9 +6,12 @@ trust are (root-only; never mounted into a pod) and where the per-pod records li
 
 Per pod (sandbox id), below the state directory: the initdata the sandbox was started with (the
 only one its containers and its TEE ever use), the policy's state (`data.pstate` of Kata's rules,
-carried between the separate runc calls of one pod under a lock), and the directory holding the
-pod's TEE socket, which is bind-mounted into every container of the pod. Per container: the
-sandbox it belongs to, for `exec` and `delete`, whose command lines carry only the container id.
+carried between the separate runc calls of one pod under a lock), the directory holding the
+pod's TEE socket, which is bind-mounted into every container of the pod, and its owner: the
+process that created the sandbox (containerd's shim), which lives as long as the pod, so that a
+sandbox whose shim is gone without a `delete` (killed, crashed, a node restarted) can be told
+from a live one (`reaper`). Per container: the sandbox it belongs to, for `exec` and `delete`,
+whose command lines carry only the container id.
 """
 
 from __future__ import annotations
@@ -75,6 +78,39 @@ def checked_id(value: str, what: str) -> str:
 
 
 @dataclass(frozen=True)
+class Owner:
+    """A process, named so that another one given its pid later (or after a reboot) is not it."""
+
+    pid: int
+    start: int  # clock ticks after boot, /proc/PID/stat's field 22
+    boot: str  # /proc/sys/kernel/random/boot_id
+
+    @classmethod
+    def of(cls, pid: int) -> Owner | None:
+        """The process `pid` as it runs now; None when it does not run (or is a zombie)."""
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
+            boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        except OSError:
+            return None
+        # fields[0] is field 3 (state); starttime is field 22.
+        if len(fields) < 20 or fields[0] == "Z":
+            return None
+        return cls(pid, int(fields[19]), boot)
+
+    def runs(self) -> bool:
+        return Owner.of(self.pid) == self
+
+    def to_bytes(self) -> bytes:
+        return f"{self.pid} {self.start} {self.boot}\n".encode()
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Owner:
+        pid, start, boot = data.decode().split()
+        return cls(int(pid), int(start), boot)
+
+
+@dataclass(frozen=True)
 class Sandbox:
     """One pod's records on the node."""
 
@@ -104,6 +140,18 @@ class Sandbox:
     @property
     def server_log(self) -> Path:
         return self.directory / "tee-server.log"
+
+    @property
+    def owner_file(self) -> Path:
+        return self.directory / "owner"
+
+    def owner(self) -> Owner | None:
+        """The process that created the sandbox; None when none was recorded (an older runtime's
+        sandbox, or one being created this moment) or the record is not one."""
+        try:
+            return Owner.from_bytes(self.owner_file.read_bytes())
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
 
     @property
     def _state_file(self) -> Path:
@@ -157,11 +205,17 @@ class NodeState:
     root: Path
 
     def sandbox(self, sandbox_id: str) -> Sandbox:
-        return Sandbox(self.root / "sandboxes" / checked_id(sandbox_id, "sandbox id"))
+        return Sandbox(self.sandboxes_directory / checked_id(sandbox_id, "sandbox id"))
 
-    def new_sandbox(self, sandbox_id: str, initdata: bytes) -> Sandbox:
+    @property
+    def sandboxes_directory(self) -> Path:
+        return self.root / "sandboxes"
+
+    def new_sandbox(self, sandbox_id: str, initdata: bytes, owner: Owner) -> Sandbox:
+        """The sandbox's directory, its owner recorded first: a reaper skips one without."""
         sandbox = self.sandbox(sandbox_id)
         sandbox.directory.mkdir(parents=True, exist_ok=True, mode=0o711)
+        write_atomically(sandbox.owner_file, owner.to_bytes(), mode=0o644)
         sandbox.tee_directory.mkdir(exist_ok=True, mode=0o755)
         os.chmod(sandbox.tee_directory, 0o755)  # noqa: S103 (the pod's users must reach the socket)
         write_atomically(sandbox.initdata_file, initdata, mode=0o644)
@@ -184,3 +238,15 @@ class NodeState:
 
     def forget_container(self, container_id: str) -> None:
         self._container_file(container_id).unlink(missing_ok=True)
+
+    def container_records(self) -> Iterator[tuple[str, str]]:
+        """(container id, sandbox id) of every container recorded."""
+        try:
+            paths = list((self.root / "containers").iterdir())
+        except FileNotFoundError:
+            return
+        for path in paths:
+            try:
+                yield path.name, path.read_text()
+            except (OSError, UnicodeDecodeError):
+                continue

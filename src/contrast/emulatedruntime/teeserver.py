@@ -1,9 +1,10 @@
 """One pod's emulated TEE: a process per sandbox serving its socket with the node's roots.
 
 The runtime starts it when it creates the pod's sandbox and stops it when it deletes the
-sandbox. It reads the initdata the sandbox was created with once, at start, so its HOSTDATA /
-MRCONFIGID cannot change for the life of the pod, and it holds the emulated roots' keys in a
-process of the node, never in the pod.
+sandbox, or, when no delete came (the shim was killed), when it reaps the sandbox (`reaper`).
+It reads the initdata the sandbox was created with once, at start, so its HOSTDATA / MRCONFIGID
+cannot change for the life of the pod, and it holds the emulated roots' keys in a process of the
+node, never in the pod.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from contrast.policy import initdata
 
 START_TIMEOUT = 30.0
 CONNECTION_TIMEOUT = 10.0
+STOP_TIMEOUT = 5.0
 
 
 def make_signer(platform: str, roots: Path, initdata_toml: bytes) -> endpoint.Signer:
@@ -114,17 +116,27 @@ def start(sandbox: Sandbox, settings: NodeSettings) -> None:
 
 
 def stop(sandbox: Sandbox) -> None:
-    """Stop the server of `sandbox`, if it runs (only the process that serves this sandbox)."""
+    """Stop the server of `sandbox`, if it runs (only the process that serves this sandbox):
+    SIGTERM, and SIGKILL if it still runs 5 s later, so that no server outlives its sandbox."""
     pid = sandbox.server_pid()
     if pid is None:
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 5
-    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
-        if _is_zombie(pid):
-            break
+    if _ended(pid, STOP_TIMEOUT):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _ended(pid, STOP_TIMEOUT)
+
+
+def _ended(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}").exists() and not _is_zombie(pid):
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.02)
+    return True
 
 
 def _is_zombie(pid: int) -> bool:

@@ -6,7 +6,8 @@ sandbox's spec through `pod_annotations`) is fixed for the pod, its policy judge
 and the pod's emulated TEE is started with that initdata. `create` of any other container is
 CreateContainer under the same policy, with the state its earlier answers built. `exec` is
 ExecProcess, then the stream requests its stdio would make (`_withhold_streams`). `delete` is
-RemoveContainer (and, for the sandbox, the end of its TEE). `update`, `pause` and `resume` are
+RemoveContainer (and, for the sandbox, the end of its TEE). Creating a sandbox also reaps
+those whose shim is gone without a delete (`reaper`). `update`, `pause` and `resume` are
 UpdateContainer, PauseContainer and ResumeContainer. A refusal is runc failing: exit status 1,
 the policy's reason on stderr and in runc's log, which is what containerd reports ("failed to
 create task: … CreateContainerRequest is blocked by policy: …").
@@ -34,6 +35,7 @@ from contrast.emulatedruntime.node import (
     EmulatedRuntimeError,
     NodeSettings,
     NodeState,
+    Owner,
     Sandbox,
     checked_id,
 )
@@ -222,12 +224,21 @@ def _create_sandbox(
                              agentrequests.create_sandbox_request(spec, container_id)))  # fmt: skip
     request = agentrequests.create_container_request(spec, container_id, bundle=str(bundle))
     _require(policy.evaluate("CreateContainerRequest", request))
-    sandbox = node.new_sandbox(container_id, toml)
+    # The sandbox's owner is the shim that runs this create (the launcher execs into Python):
+    # it lives as long as the pod, and its end without a delete makes the sandbox an orphan.
+    owner = Owner.of(os.getppid())
+    if owner is None:
+        raise EmulatedRuntimeError(f"the caller of runc create {container_id} is gone")
+    sandbox = node.new_sandbox(container_id, toml, owner)
     with sandbox.locked():
         sandbox.save_state({"data": policy.data, "devices": {}})
-    from contrast.emulatedruntime import teeserver  # noqa: PLC0415 (only for sandboxes)
+    from contrast.emulatedruntime import reaper, teeserver  # noqa: PLC0415 (only for sandboxes)
 
     teeserver.start(sandbox, settings)
+    # A node gains a sandbox here: the moment to end those whose shim died without a delete.
+    # Never a reason to refuse this pod.
+    with contextlib.suppress(OSError, ContrastError):
+        reaper.reap(node, keep=sandbox.id)
     return sandbox
 
 
