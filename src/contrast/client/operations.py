@@ -23,8 +23,10 @@ from contrast.api.services import UserApiClient
 from contrast.atls.client import AttestedConnection, connect_attested, rpc_message
 from contrast.atls.reportdata import public_key_der
 from contrast.boundedfile import read_bounded
+from contrast.client import setrequest
 from contrast.client.errors import ClientError
 from contrast.client.resources import collect_policies
+from contrast.client.setrequest import SetRequest
 from contrast.client.transitions import LastSeen, RolledBack, check_history, last_seen, record
 from contrast.client.workspace import (
     LATEST_TRANSITION,
@@ -221,9 +223,7 @@ def _exchange(
     connection = _connect(target, manifest)
     try:
         client = UserApiClient(connection.channel, timeout=target.timeout)
-        request = userapi_pb2.SetManifestRequest(
-            Manifest=manifest_bytes, Policies=[policies[h] for h in sorted(manifest.policies)]
-        )
+        documents = [policies[h] for h in sorted(manifest.policies)]
         # Only what followed the head this workspace saw (the whole history without one), and
         # no policy documents: both checks here (rollback before, the chain after) read only the
         # manifests and the head, and the documents are ~545 MB at 10 000 real-size workloads.
@@ -240,13 +240,21 @@ def _exchange(
             # Never update a rolled-back history.
             check_history(seen, current.Manifests, previous, start=_start(current))
             key = _owner_key(workload_owner_keys)
-            request.PreviousTransitionHash = previous
-            request.WorkloadOwnerPublicKey = public_key_der(key.public_key())
-            request.Signature = sign_update(key, manifest_bytes, previous)
+            request = SetRequest(
+                manifest_bytes,
+                documents,
+                previous_transition_hash=previous,
+                workload_owner_public_key=public_key_der(key.public_key()),
+                signature=sign_update(key, manifest_bytes, previous),
+            )
         else:
-            request.PreviousTransitionHash = ZERO_HASH
+            request = SetRequest(manifest_bytes, documents, previous_transition_hash=ZERO_HASH)
             previous_shares = _previous_seed_shares(workspace)
-        response = _call("SetManifest", lambda: client.set_manifest(request))
+        # Written as wire bytes, the documents copied once (client/setrequest.py).
+        response = _call(
+            "SetManifest",
+            lambda: setrequest.set_manifest(connection.channel, request, timeout=target.timeout),
+        )
         after = _call(
             "GetManifests", lambda: client.get_manifests(since=since, without_policies=True)
         )
