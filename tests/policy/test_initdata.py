@@ -18,7 +18,9 @@ from contrast.policy.initdata import (
     Initdata,
     InitdataError,
     PolicyEncoder,
+    _closing_quotes,
     _read_written,
+    _written_algorithm,
     decode_annotation,
     digest,
     encode_annotation,
@@ -63,6 +65,44 @@ def test_annotation_is_base64_gzip_and_deterministic() -> None:
 def test_bad_annotations(value: str, message: str) -> None:
     with pytest.raises(InitdataError, match=message):
         decode_annotation(value)
+
+
+def _zlib_reading(value: str) -> bytes | str:
+    """What decode_annotation gave with the standard library's zlib (its code before zlib-ng)."""
+    try:
+        compressed = base64.b64decode(value, validate=True)
+    except ValueError:
+        return "not base64"
+    decompressor = zlib.decompressobj(wbits=31)
+    try:
+        toml = decompressor.decompress(compressed, 16 * 1024 * 1024)
+    except zlib.error:
+        return "not gzip"
+    return "inflates beyond" if decompressor.unconsumed_tail else toml
+
+
+def _reading(value: str) -> bytes | str:
+    try:
+        return decode_annotation(value)
+    except InitdataError as error:
+        return next(m for m in ("not base64", "not gzip", "inflates beyond") if m in str(error))
+
+
+@given(st.binary(max_size=400), st.integers(min_value=0, max_value=500), st.binary(max_size=3))
+def test_zlib_ng_reads_any_annotation_as_zlib_did(data: bytes, at: int, change: bytes) -> None:
+    # A valid stream, then cut, changed or extended anywhere: the same bytes or the same refusal.
+    compressed = gzip.compress(data, mtime=0)
+    for variant in (compressed, compressed[:at], compressed[:at] + change + compressed[at + 1 :]):
+        value = base64.b64encode(variant).decode()
+        assert _reading(value) == _zlib_reading(value)
+
+
+def test_zlib_ng_reads_streams_as_zlib_did_at_the_edges() -> None:
+    member = gzip.compress(b"x" * 1000, mtime=0)
+    exact = gzip.compress(b"\0" * (16 * 1024 * 1024), mtime=0)
+    for variant in (member + member, member + b"junk", exact, exact[:-1], b"", member[:10]):
+        value = base64.b64encode(variant).decode()
+        assert _reading(value) == _zlib_reading(value)
 
 
 def test_zip_bomb_is_refused() -> None:
@@ -177,8 +217,13 @@ def _tomllib_reading(toml: bytes) -> Initdata | InitdataError:
 
 
 def _agrees(toml: bytes) -> bool:
-    """Whether the fast reading declines `toml` (else it read what tomllib reads, checked)."""
+    """Whether the fast reading declines `toml` (else it read what tomllib reads, checked).
+
+    `_written_algorithm`, which `digest` asks, declines the same inputs and otherwise gives the
+    algorithm of what was read: checked on every input of these tests.
+    """
     read = _read_written(toml)
+    assert _written_algorithm(toml) == (None if read is None else read.algorithm)
     if read is None:
         return True
     assert read.to_toml() == toml
@@ -254,3 +299,12 @@ def test_what_to_toml_does_not_write_is_left_to_tomllib() -> None:
     assert Initdata.from_toml(written.replace(b"'0.1.0'", b'"0.1.0"')).policy == POLICY
     with pytest.raises(InitdataError):
         Initdata.from_toml(written.replace(b"[data]\n", b"[data]\nZ = 'x'\nZ = 'y'\n"))
+
+
+@given(
+    st.lists(st.sampled_from([b"'", b"a", b"\n", b"''", b"\xc3\xa9"]), max_size=30),
+    st.integers(0, 40),
+)
+def test_closing_quotes_is_the_find_of_three_quotes(parts: list[bytes], start: int) -> None:
+    text = b"".join(parts)
+    assert _closing_quotes(text, start) == text.find(b"'''", start)

@@ -23,9 +23,10 @@ import tomllib
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import tomli_w
+from zlib_ng import zlib_ng
 
 from contrast.policy.errors import PolicyError
 
@@ -38,6 +39,9 @@ POLICY_HASH_SIZE = 32
 # `generate --insecure-enable-debug-shell-access` adds this entry, as the original: the guest
 # starts its debug service for it, and the policy hash (so the attestation) shows it.
 INSECURE_DEBUG_ENTRY = "contrast.insecure-debug"
+
+# zlib-ng's stub declares `error` as an instance; at run time it is the module's exception class.
+_INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, cast(type[Exception], zlib_ng.error))
 
 _ALGORITHMS = {"sha256": hashlib.sha256, "sha384": hashlib.sha384, "sha512": hashlib.sha512}
 
@@ -195,9 +199,79 @@ def _read_written(text: bytes) -> Initdata | None:
     return Initdata(data, algorithm, version)
 
 
+_WRITTEN_HEADER_BYTES = re.compile(_WRITTEN_HEADER.pattern.encode())
+_WRITTEN_KEY_BYTES = re.compile(_WRITTEN_KEY.pattern.encode())
+
+
+def _written_algorithm(text: bytes) -> str | None:
+    """The algorithm of `text` if `_read_written` takes it, else None; without reading the data.
+
+    `digest` needs only the algorithm and whether the document is valid. `_read_written` decodes
+    the whole text and copies every value out of it, most of its time for a 54 KB policy;
+    here the same checks run on the bytes, in place: once the text is known to be UTF-8, the
+    ASCII characters the checks look for (quotes, newlines, `=`) are at the same places in the
+    bytes, and UTF-8's byte order is the code points' order, so keys sort the same. Its answer
+    is `_read_written`'s algorithm (tests/policy/test_initdata.py checks both on the same inputs).
+    """
+    if len(text.translate(None, _UNSAFE_BYTES)) != len(text):
+        return None
+    if not text.isascii():
+        try:
+            text.decode()
+        except UnicodeDecodeError:
+            return None
+    header = _WRITTEN_HEADER_BYTES.match(text)
+    if header is None:
+        return None
+    previous: bytes | None = None
+    at, end = header.end(), len(text)
+    while at < end:
+        entry = _WRITTEN_KEY_BYTES.match(text, at)
+        if entry is None:
+            return None
+        written_key = entry.group(1)
+        key = written_key[1:-1] if written_key.startswith(b'"') else written_key
+        if previous is not None and key <= previous:
+            return None
+        if _toml_key(key.decode()) != written_key.decode():
+            return None
+        at = entry.end()
+        if text.startswith(b"'''\n", at):  # a multi-line literal string
+            start = at + 4
+            close = _closing_quotes(text, start)
+            if close < 0 or text.find(b"\n", start, close) < 0 or text[close - 1] == 0x27:
+                return None  # not closed, one line, or ends with a quote (0x27)
+            at = close + 3
+        elif text.startswith(b"'", at):  # a one-line literal string
+            close = text.find(b"'", at + 1)
+            if close < 0 or text.find(b"\n", at + 1, close) >= 0:
+                return None
+            at = close + 1
+        else:
+            return None
+        if not text.startswith(b"\n", at):
+            return None
+        at += 1
+        previous = key
+    return header.group(2).decode()
+
+
+def _closing_quotes(text: bytes, start: int) -> int:
+    """`text.find(b"'''", start)`, from one quote to the next: a one-byte find is a memchr,
+    several times faster than finding three bytes through a 50 KB policy with few quotes."""
+    at = text.find(b"'", start)
+    while at >= 0 and not text.startswith(b"''", at + 1):
+        at = text.find(b"'", at + 1)
+    return at
+
+
 def digest(toml: bytes) -> bytes:
-    """The hash the TEE reports for this initdata (the document's own algorithm)."""
-    algorithm = Initdata.from_toml(toml).algorithm
+    """The hash the TEE reports for this initdata (the document's own algorithm).
+
+    A document as `to_toml` writes it (every generated one) is known valid, with its algorithm,
+    by `_written_algorithm`; anything else is read (or refused) by `Initdata.from_toml`.
+    """
+    algorithm = _written_algorithm(toml) or Initdata.from_toml(toml).algorithm
     return _ALGORITHMS[algorithm](toml).digest()
 
 
@@ -218,10 +292,13 @@ def decode_annotation(value: str) -> bytes:
         compressed = base64.b64decode(value, validate=True)
     except (binascii.Error, ValueError):
         raise InitdataError("the initdata annotation is not base64") from None
-    decompressor = zlib.decompressobj(wbits=31)
+    # zlib-ng's inflate: the same stream read the same way (a bound, the tail left over, data
+    # after the stream ignored), in about 0.7 of zlib's time: `set` inflates ~545 MB at 10 000
+    # generated workloads.
+    decompressor = zlib_ng.decompressobj(wbits=31)
     try:
         toml = decompressor.decompress(compressed, MAXIMUM_DECOMPRESSED)
-    except zlib.error as error:
+    except _INFLATE_ERRORS as error:
         raise InitdataError(f"the initdata annotation is not gzip: {error}") from None
     if decompressor.unconsumed_tail:
         raise InitdataError(f"the initdata annotation inflates beyond {MAXIMUM_DECOMPRESSED} bytes")
