@@ -42,7 +42,7 @@ from tests.coordinator.conftest import Deployment, policy, policy_hash
 from tests.coordinator.crash_step_worker import large_policy
 
 from abrounds import taking_turns, trees
-from bench_set_cli import YAML_CACHE, floor, print_best, remember, run_set, serving
+from bench_set_cli import YAML_CACHE, Timing, floor, print_best, remember, run_set, serving
 from contrast.api import userapi_pb2
 from contrast.api.services import UserApiClient
 from contrast.atls.client import connect_attested
@@ -212,7 +212,7 @@ def cli_set(count: int, rounds: int, sources: dict[str, Path]) -> None:
         write_workspace(workspace, values, workloads)
         remember(workspace, workspace / YAML_CACHE)
         with serving(base) as command:
-            measures: dict[str, Callable[[], float]] = {"python -c pass": floor}
+            measures: dict[str, Callable[[], Timing]] = {"python -c pass": floor}
             measures |= {name: partial(run_set, command, src) for name, src in sources.items()}
             times = taking_turns(rounds, measures)
     print(f"contrast set through the CLI, {count} workloads of generated-size policies, memo:")
