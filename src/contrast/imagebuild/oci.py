@@ -119,17 +119,39 @@ class LayoutWriter:
             ],
         }
         manifest_data = canonical_json(manifest)
-        digest = self.blob(manifest_data)
+        digest = self.add_manifest(tagged(spec.name), manifest_data)
+        size = sum(layer.size for layer in layers) + len(config_data) + len(manifest_data)
+        return BuiltImage(spec.name, digest, size)
+
+    def add_manifest(self, name: str, manifest: bytes) -> str:
+        """Write `manifest` (an OCI image manifest for linux/amd64) and list it in the index
+        under the reference `name`; its digest. The index lists its images sorted by name."""
+        digest = self.blob(manifest)
         descriptor = {
             "mediaType": OCI_MANIFEST,
             "digest": digest,
-            "size": len(manifest_data),
-            "annotations": {REF_NAME_ANNOTATION: tagged(spec.name)},
+            "size": len(manifest),
+            "annotations": {REF_NAME_ANNOTATION: name},
             "platform": {"architecture": "amd64", "os": "linux"},
         }
-        self.images.append((spec.name, descriptor))
-        size = sum(layer.size for layer in layers) + len(config_data) + len(manifest_data)
-        return BuiltImage(spec.name, digest, size)
+        self.images.append((name, descriptor))
+        return digest
+
+    def import_blob(self, source: Path, digest: str, size: int) -> None:
+        """Copy the blob `digest` of `size` bytes from `source`, hashed as it is copied: a file
+        that does not hold it leaves nothing and is a BuildError. A blob the layout has is kept."""
+        if self._path(digest).exists():
+            return
+        with self._new_blob() as staged, source.open("rb") as file:
+            hasher = hashlib.sha256()
+            copied = 0
+            while chunk := file.read(CHUNK):
+                hasher.update(chunk)
+                copied += len(chunk)
+                staged.file.write(chunk)
+            if f"sha256:{hasher.hexdigest()}" != digest or copied != size:
+                raise BuildError(f"{source} does not hold layer {digest}")
+            staged.digest = digest
 
     def _path(self, digest: str) -> Path:
         return self.blobs / digest.removeprefix("sha256:")
@@ -140,16 +162,7 @@ class LayoutWriter:
             return
         if layer.path is None:
             raise BuildError(f"{self.path} lacks layer {layer.digest} and it is stored nowhere")
-        with self._new_blob() as staged, layer.path.open("rb") as source:
-            hasher = hashlib.sha256()
-            size = 0
-            while chunk := source.read(CHUNK):
-                hasher.update(chunk)
-                size += len(chunk)
-                staged.file.write(chunk)
-            if f"sha256:{hasher.hexdigest()}" != layer.digest or size != layer.size:
-                raise BuildError(f"{layer.path} does not hold layer {layer.digest}")
-            staged.digest = layer.digest
+        self.import_blob(layer.path, layer.digest, layer.size)
 
     @contextmanager
     def _new_blob(self) -> Iterator[_Staged]:

@@ -15,18 +15,24 @@ environment and `created` unchanged): the same base image and payload give the s
 
 Everything the base image needs is read and checked (layout, index entry, manifest, config, every
 layer blob against its digest) before anything is written, so a wrong layout changes nothing.
+Each base layer blob is read once, by that check: the new layout gets the very file that was
+hashed as a hard link (`_place`), not a second copy; only where it cannot be linked (another file
+system, a file the user may not link, a file changed since the check) is it copied, and then
+hashed again as it is copied, never put in unchecked.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -67,6 +73,17 @@ class PayloadImageError(BuildError):
 
 
 @dataclass(frozen=True)
+class CheckedBlob:
+    """A base layer's blob as `read_base` hashed it, and the file it hashed: device, inode, size
+    and modification time, read from the open file after the last byte, so the file linked into
+    the new layout can be told to be that file, unchanged."""
+
+    descriptor: Descriptor
+    path: Path
+    identity: tuple[int, int, int, int]
+
+
+@dataclass(frozen=True)
 class BaseImage:
     """The node-installer image as read from its layout, every blob checked against its digest."""
 
@@ -75,7 +92,7 @@ class BaseImage:
     digest: str
     manifest: Mapping[str, Any]
     config: Mapping[str, Any]
-    layers: tuple[Descriptor, ...]
+    layers: tuple[CheckedBlob, ...]
 
 
 @dataclass(frozen=True)
@@ -157,9 +174,8 @@ def read_base(layout_path: Path, name: str = tagged(NODE_INSTALLER)) -> BaseImag
         raise PayloadImageError(
             f"{where}: {len(parsed.layers)} layers but {len(diff_ids)} diff_ids in its config"
         )
-    for layer in parsed.layers:
-        _check_blob(layout, layer, where)
-    return BaseImage(layout, name, digest, manifest, json.loads(config_data), parsed.layers)
+    layers = tuple(_check_blob(layout, layer, where) for layer in parsed.layers)
+    return BaseImage(layout, name, digest, manifest, json.loads(config_data), layers)
 
 
 def payload_entries(payload: Path, handler: str) -> list[Entry]:
@@ -193,22 +209,10 @@ def write_payload_image(
         layer = writer.layer(payload_entries(payload, handler), EPOCH)
         config_data, manifest_data = _documents(base, layer, handler)
         name = f"{repository}:{handler}"
-        for descriptor in base.layers:
-            _copy_blob(base.layout, descriptor.digest, staging)
+        for checked in base.layers:
+            _place(checked, writer)
         writer.blob(config_data)
-        digest = writer.blob(manifest_data)
-        writer.images.append(
-            (
-                name,
-                {
-                    "mediaType": OCI_MANIFEST,
-                    "digest": digest,
-                    "size": len(manifest_data),
-                    "annotations": {REF_NAME_ANNOTATION: name},
-                    "platform": {"architecture": "amd64", "os": "linux"},
-                },
-            )
-        )
+        digest = writer.add_manifest(name, manifest_data)
         writer.finish()
         replace_directory(staging, output)
     finally:
@@ -262,20 +266,16 @@ def _read_blob(layout: OciLayout, digest: str, where: str) -> bytes:
     return data
 
 
-def _chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as file:
-        while chunk := file.read(_COPY_CHUNK):
-            yield chunk
-
-
-def _check_blob(layout: OciLayout, descriptor: Descriptor, where: str) -> None:
+def _check_blob(layout: OciLayout, descriptor: Descriptor, where: str) -> CheckedBlob:
     path = _blob_path(layout, descriptor.digest)
     hasher = hashlib.sha256()
     size = 0
     try:
-        for chunk in _chunks(path):
-            hasher.update(chunk)
-            size += len(chunk)
+        with path.open("rb") as file:
+            while chunk := file.read(_COPY_CHUNK):
+                hasher.update(chunk)
+                size += len(chunk)
+            status = os.fstat(file.fileno())
     except FileNotFoundError:
         raise PayloadImageError(f"{where}: the layout lacks layer {descriptor.digest}") from None
     except OSError as error:
@@ -284,9 +284,48 @@ def _check_blob(layout: OciLayout, descriptor: Descriptor, where: str) -> None:
         ) from None
     if f"sha256:{hasher.hexdigest()}" != descriptor.digest or size != descriptor.size:
         raise PayloadImageError(f"{where}: layer {descriptor.digest} does not match its digest")
+    return CheckedBlob(descriptor, path, _identity(status))
 
 
-def _copy_blob(layout: OciLayout, digest: str, target: Path) -> None:
-    destination = target / "blobs" / "sha256" / digest.removeprefix("sha256:")
-    if not destination.exists():
-        shutil.copyfile(_blob_path(layout, digest), destination)
+def _identity(status: os.stat_result) -> tuple[int, int, int, int]:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
+
+
+# Why a link cannot be made: another file system, a file of another user (fs.protected_hardlinks),
+# a file system without links, the link count at its limit. Anything else is an error.
+_CANNOT_LINK = frozenset({errno.EXDEV, errno.EPERM, errno.EACCES, errno.EMLINK, errno.ENOTSUP})
+
+
+def _place(checked: CheckedBlob, writer: LayoutWriter) -> None:
+    """Put the base layer `checked` into the layout `writer` writes, without reading it again.
+
+    A hard link to the blob `read_base` hashed: the link's inode, size and mtime must be those
+    of the file it hashed, which it was not when the file was replaced or written since. Where
+    no link can be made, or it is not that file, the blob is copied and hashed on the way (the
+    writer's `import_blob`), so a changed blob is refused then and nothing is left in the layout.
+    """
+    digest = checked.descriptor.digest
+    destination = writer.blobs / digest.removeprefix("sha256:")
+    if destination.exists():
+        return  # the same blob twice in the image, or the payload layer is one of them
+    try:
+        os.link(checked.path, destination)
+    except OSError as error:
+        if error.errno not in _CANNOT_LINK:
+            raise PayloadImageError(
+                f"layer {digest} cannot be linked into {writer.path}: {error.strerror}"
+            ) from None
+    else:
+        if _identity(destination.stat()) == checked.identity:
+            return
+        destination.unlink()
+    try:
+        writer.import_blob(checked.path, digest, checked.descriptor.size)
+    except BuildError:
+        raise PayloadImageError(
+            f"{checked.path} changed after it was checked: it no longer holds layer {digest}"
+        ) from None
+    except OSError as error:
+        raise PayloadImageError(
+            f"layer {digest} cannot be copied from {checked.path}: {error.strerror}"
+        ) from None
