@@ -4,11 +4,13 @@ Answers are Vault's: `{"data": {...}}` with the usual envelope fields on success
 [message]}` with Vault's status on a refusal, so Vault's and OpenBao's `seal "transit"`, their
 CLIs and clients such as hvac read them as they read Vault's. The TLS handshake runs in the
 connection's own thread with a timeout, so a slow or silent client holds one thread, not the
-server.
+server. `stop()` ends every connection (one in its handshake, one kept alive between requests)
+and waits for their threads: none is left to answer or log once it returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import socket
@@ -66,24 +68,96 @@ class TransitServer:
         engine = TransitEngine(active_state)
         self._server = _HttpsServer((host, port), engine, TransitTls(sans=sans))
         self.port: int = self._server.server_address[1]
+        self._serving: threading.Thread | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._server.serve_forever, name="transit", daemon=True).start()
+        self._serving = threading.Thread(
+            target=self._server.serve_forever, name="transit", daemon=True
+        )
+        self._serving.start()
 
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop accepting, end the open connections and wait for every thread of the server."""
+        if self._serving is not None:
+            self._server.shutdown()
+            self._serving.join()
         self._server.server_close()
 
 
 class _HttpsServer(ThreadingHTTPServer):
-    daemon_threads = True
+    """One thread a connection, each known with the socket that holds its descriptor.
+
+    socketserver does not track daemon threads, so `server_close` would return with handlers
+    still waiting (a kept-alive connection, a handshake) up to TIMEOUT and logging after. Here
+    it shuts down each open connection's socket, which ends the handshake or the wait for the
+    next request at once, and joins every thread. Failures that stopping causes are not logged.
+    """
+
+    daemon_threads = True  # a handler stuck in the engine does not hold the process at exit
     allow_reuse_address = True
 
     def __init__(self, address: tuple[str, int], engine: TransitEngine, tls: TransitTls) -> None:
         self.engine = engine
         self._tls = tls
         self.throttle = LogThrottle()
+        self._lock = threading.Lock()
+        self._stopping = False
+        self._handlers: set[threading.Thread] = set()
+        # Each handler thread's socket until it is closed (the raw one, then its TLS socket):
+        # a thread leaves before it closes, so `server_close` never shuts down a reused fd.
+        self._sockets: dict[threading.Thread, socket.socket] = {}
         super().__init__(address, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        thread = threading.Thread(
+            target=self.process_request_thread,
+            args=(request, client_address),
+            name=f"transit-connection {client_address[0]}:{client_address[1]}",
+            daemon=True,
+        )
+        with self._lock:
+            if self._stopping:
+                super().shutdown_request(request)
+                return
+            self._handlers.add(thread)
+            self._sockets[thread] = request
+        thread.start()
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._handlers.discard(threading.current_thread())
+
+    def shutdown_request(self, request: Any) -> None:
+        self._forget_socket()
+        super().shutdown_request(request)
+
+    def server_close(self) -> None:
+        """Close the listening socket, end every open connection and join its thread."""
+        super().server_close()
+        with self._lock:
+            self._stopping = True
+            for open_socket in self._sockets.values():
+                # The plain socket's shutdown, also for a TLS one: no TLS state is touched under
+                # its thread, whose read or handshake just ends. OSError: it is closed already.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(open_socket, socket.SHUT_RDWR)
+            threads = list(self._handlers)
+        for thread in threads:
+            thread.join()
+
+    def _forget_socket(self) -> None:
+        with self._lock:
+            self._sockets.pop(threading.current_thread(), None)
+
+    def _hold_socket(self, held: socket.socket) -> bool:
+        """Note `held` as this thread's socket now; False if the server is stopping."""
+        with self._lock:
+            if threading.current_thread() in self._handlers:
+                self._sockets[threading.current_thread()] = held
+            return not self._stopping
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """Handshake with the context of the state of this moment, then serve HTTP on it."""
@@ -98,9 +172,22 @@ class _HttpsServer(ThreadingHTTPServer):
             # A verifying client refuses the stand-in certificate and cannot read the 503: the
             # reason goes into this side's log line instead.
             not_serving = f" (not serving: {error.explain()})"
+        # The TLS socket takes the descriptor over here and is noted before the handshake, so
+        # `server_close` can end the handshake too.
+        connection = context.wrap_socket(request, server_side=True, do_handshake_on_connect=False)
         try:
-            connection = context.wrap_socket(request, server_side=True)
+            if self._hold_socket(connection):
+                self._serve(connection, client_address, not_serving)
+        finally:
+            self._forget_socket()
+            connection.close()
+
+    def _serve(self, connection: ssl.SSLSocket, client_address: Any, not_serving: str) -> None:
+        try:
+            connection.do_handshake()
         except (ssl.SSLError, OSError) as error:
+            if self._stopping:
+                return  # the server ended it
             reason = getattr(error, "reason", None) or type(error).__name__
             admission = self.throttle.admit(("handshake", reason, not_serving))
             if admission is not None:
@@ -112,15 +199,12 @@ class _HttpsServer(ThreadingHTTPServer):
                     extra={"fields": admission.fields()},
                 )
             return
-        try:
-            _Handler(connection, client_address, self)
-        finally:
-            connection.close()
+        _Handler(connection, client_address, self)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         # socketserver prints the traceback to stderr; any client could fill the log with them.
         error = sys.exc_info()[1]
-        if error is None:
+        if error is None or self._stopping:
             return
         admission = self.throttle.admit(type(error).__name__)
         if admission is not None:
