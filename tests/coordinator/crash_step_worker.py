@@ -4,7 +4,9 @@ Usage: python -m tests.coordinator.crash_step_worker STATE_DIR TEE_DIR KEYS_DIR 
 
 KIND `first` sets the first manifest on an empty state; `update` recovers with KEYS_DIR's seed
 shares, then sends the owner's update; `large-first` and `large-update` do the same with 10 000
-more workloads in each manifest (chunked manifest, several policy packs).
+more workloads in each manifest (chunked manifest, several policy packs), `generated-first` and
+`generated-update` with 10 000 policies of the size and shape `contrast generate` writes (~57 KB,
+the same rules around each pod's data: 568 MB sent, a few MB of delta packs stored).
 
 Each write the request makes is printed (its key) before the next;
 the N-th is followed by SIGKILL, so nothing after it runs (no finally, no flush, no response).
@@ -13,6 +15,8 @@ Exit status 0 and `done` mean the request made fewer than N writes.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
 import signal
 import sys
@@ -27,9 +31,13 @@ from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.coordinator.core import Coordinator, SetManifestResult
 from contrast.history.history import History
 from contrast.history.store import FileSystemStore, Store
+from contrast.images.model import ImageConfig, ImageFacts
+from contrast.kuberesource.workloads import Workload
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import workload_verifier
+from contrast.policy.generate import PolicyGenerator, default_rules
 from contrast.policy.initdata import Initdata
+from contrast.policy.settings import default_settings
 from contrast.seed.shares import SeedShareDocument
 from tests.coordinator.conftest import Deployment, policy
 
@@ -39,16 +47,54 @@ LARGE = tuple(f"w{index}" for index in range(10_000))
 
 
 def large_policy(name: str) -> bytes:
-    """A document of about 300 bytes: 10 000 of them fill three packs."""
-    return Initdata({"policy.rego": f"package agent_policy\n# {name}\n" + "#" * 200}).to_toml()
+    """A document of about 300 bytes, 200 of them hex of the name's hash: each one's own, as
+    little alike as hex can be, so 10 000 of them still fill two delta packs."""
+    digits = hashlib.shake_256(name.encode()).hexdigest(100)
+    return Initdata({"policy.rego": f"package agent_policy\n# {name}\n# {digits}\n"}).to_toml()
+
+
+_PLACEHOLDER = "wplaceholder"
+_IMAGE = "registry.example/app@sha256:" + "ab" * 32
+
+
+@functools.cache
+def _generated_template() -> bytes:
+    """The initdata `contrast generate` writes for a one-container Deployment (the packaged
+    rules and settings), made once: each workload's is this with its own name."""
+    settings = default_settings()
+    pause = ImageFacts(settings.pause_image, "sha256:" + "00" * 32, ImageConfig.from_json({}))
+    app = ImageFacts(_IMAGE, "sha256:" + "00" * 32, ImageConfig.from_json({"Cmd": ["/app"]}))
+    resource = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": _PLACEHOLDER},
+        "spec": {
+            "template": {
+                "metadata": {"labels": {"app": _PLACEHOLDER}},
+                "spec": {"containers": [{"name": "app", "image": _IMAGE}]},
+            }
+        },
+    }
+    generator = PolicyGenerator(default_rules(), settings)
+    images = {settings.pause_image: pause, _IMAGE: app}
+    return generator.generate(Workload(resource), images).initdata_toml
+
+
+def generated_policy(name: str) -> bytes:
+    """A generated-size policy (about 57 KB): `contrast generate`'s for a workload `name`."""
+    return _generated_template().replace(_PLACEHOLDER.encode(), name.encode())
+
+
+def _many(kind: str) -> tuple[str, ...]:
+    return LARGE if kind.startswith(("large-", "generated-")) else ()
 
 
 def first_names(kind: str) -> tuple[str, ...]:
-    return ("coordinator", "web", *(LARGE if kind.startswith("large-") else ()))
+    return ("coordinator", "web", *_many(kind))
 
 
 def updated_names(kind: str) -> tuple[str, ...]:
-    return (*UPDATED, *(LARGE if kind.startswith("large-") else ()))
+    return (*UPDATED, *_many(kind))
 
 
 class DiesAfterWrites:
@@ -99,7 +145,8 @@ def load_deployment(state_dir: Path, tee_dir: Path, keys: Path, kind: str = "fir
     assert isinstance(owner, ec.EllipticCurvePrivateKey)
     assert isinstance(seedshare, rsa.RSAPrivateKey)
     policies = {name: policy(name) for name in UPDATED}
-    policies.update({name: large_policy(name) for name in updated_names(kind)[len(UPDATED) :]})
+    make = generated_policy if kind.startswith("generated-") else large_policy
+    policies.update({name: make(name) for name in updated_names(kind)[len(UPDATED) :]})
     return Deployment(EmulatedSnp(tee_dir), owner, seedshare, policies, state_dir)
 
 

@@ -41,7 +41,12 @@ from contrast.history.history import (
 )
 from contrast.history.store import FileSystemStore
 from tests.conftest import REPO
-from tests.coordinator.crash_step_worker import SHARES, first_names, load_deployment
+from tests.coordinator.crash_step_worker import (
+    SHARES,
+    first_names,
+    generated_policy,
+    load_deployment,
+)
 from tests.coordinator.test_crash import write_key
 from tests.coordinator.test_crash_steps import retry_after_death
 from tests.kube.backends import StoreFactory, new_store
@@ -91,6 +96,15 @@ def documents(count: int) -> dict[bytes, bytes]:
     return {digest(text): text for text in texts}
 
 
+def generated(count: int) -> dict[bytes, bytes]:
+    """`count` policies of the size and shape `contrast generate` writes (~57 KB each)."""
+    texts = [generated_policy(f"w{index}") for index in range(count)]
+    return {digest(text): text for text in texts}
+
+
+SHAPES = {"random": documents, "generated": generated}
+
+
 def test_the_packs_of_10000_policies_are_synced_once_before_their_renames(
     tmp_path: Path, events: list[tuple[str, str]]
 ) -> None:
@@ -131,14 +145,34 @@ def test_each_entry_is_synced_where_syncfs_cannot_report_errors(
     assert ("syncfs", "") not in events
 
 
-def test_any_entry_of_a_10000_policy_history_altered_is_refused(new_store: StoreFactory) -> None:
+def test_10000_generated_policies_are_stored_in_a_few_mb(tmp_path: Path) -> None:
+    """568 MB of generated-size policies (the same rules around each pod's data) are a few MB of
+    delta packs, each an entry, and read back whole (each document re-hashed)."""
+    history = History(FileSystemStore(tmp_path / "state"))
+    written = generated(POLICIES)
+    sent = sum(map(len, written.values()))
+    history.put_policies(b"\x01" * 32, written)
+    packs = [path.stat().st_size for path in (tmp_path / "state" / "packs").iterdir()]
+    assert max(packs) <= MAXIMUM_ENTRY_SIZE
+    assert sum(packs) < sent / 100, (sum(packs), sent)
+    assert History(FileSystemStore(tmp_path / "state")).get_policies(b"\x01" * 32, written) == (
+        written
+    )
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_any_entry_of_a_10000_policy_history_altered_is_refused(
+    new_store: StoreFactory, shape: str
+) -> None:
     """On every backend: the chunked manifest, the packs, the index, its pointer, the transition
-    and the head of a 10 000-policy history, each altered by one bit in turn, fail the read."""
+    and the head of a 10 000-policy history (random documents: a pack holds them whole; generated
+    ones: as deltas), each altered by one bit in turn, fail the read: the last byte of each, and
+    for a pack also its first and a byte in its middle."""
     store = new_store()
     history = History(store)
     key = ec.generate_private_key(ec.SECP384R1())
     manifest = os.urandom(MAXIMUM_ENTRY_SIZE + 900_000)  # a 10 000-workload manifest's size
-    written = documents(POLICIES)
+    written = SHAPES[shape](POLICIES)
     history.put_policies(digest(manifest), written)
     transition = history.put_transition(Transition(history.put_manifest(manifest), ZERO_HASH))
     history.set_latest(None, transition, key)
@@ -155,10 +189,13 @@ def test_any_entry_of_a_10000_policy_history_altered_is_refused(new_store: Store
         for kind in ("chunks", "manifests", "packs", "policyindexes", "policysets", "transitions")
     ]
     assert len(store.names("packs")) >= 3
-    for target in targets:
+    flips = [(target, -1) for target in targets]
+    flips += [(f"packs/{store.names('packs')[-1]}", at) for at in (0, MAXIMUM_ENTRY_SIZE // 3)]
+    for target, position in flips:
         original = store.get(target)
         assert original is not None
-        altered = original[:-1] + bytes([original[-1] ^ 1])
+        at = position % len(original)
+        altered = original[:at] + bytes([original[at] ^ 1]) + original[at + 1 :]
         store.compare_and_swap(target, original, altered)
         with pytest.raises(HistoryError):
             read()
@@ -250,7 +287,9 @@ def kill_points(lines: list[str]) -> list[tuple[str, int]]:
     return points
 
 
-@pytest.mark.parametrize("kind", ["large-first", "large-update"])
+@pytest.mark.parametrize(
+    "kind", ["large-first", "large-update", "generated-first", "generated-update"]
+)
 def test_a_set_manifest_of_10000_policies_killed_inside_a_batch_succeeds_when_retried(
     kind: str,
     tmp_path: Path,
@@ -263,7 +302,7 @@ def test_a_set_manifest_of_10000_policies_killed_inside_a_batch_succeeds_when_re
     write_key(keys / "seedshare.pem", seedshare_key)
     deployment = load_deployment(base, tee_dir, keys, kind)
     before: list[bytes] = []
-    if kind == "large-update":
+    if kind.endswith("-update"):
         first = deployment.manifest(first_names(kind))
         result = deployment.coordinator().set_manifest(
             first, deployment.documents(first_names(kind))

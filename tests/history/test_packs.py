@@ -1,22 +1,27 @@
 """Entries beyond one object: chunked manifests and packed policy documents, on every backend.
 
 A manifest over `MAXIMUM_ENTRY_SIZE` is stored as chunks under an index, and read back only if
-the joined bytes hash to its name; a manifest's policy documents are packed, found through a
-pointer, and each re-hashed against the hash asked for. Stores written before packs (one entry
-per document) are still read.
+the joined bytes hash to its name; a manifest's policy documents are packed (as deltas against
+the pack's first document, deflated), found through a pointer, and each re-hashed against the
+hash asked for. Stores written before packs (one entry per document) and packs written before
+deltas (length-prefixed documents) are still read.
 """
 
 from __future__ import annotations
 
 import os
+import zlib
 
 import pytest
 
 from contrast.history.errors import DamagedEntry, EntryTooLarge, HashMismatch
 from contrast.history.history import (
     CHUNKED_MAGIC,
+    INDEX_MAGIC,
     MAXIMUM_CHUNKED_SIZE,
     MAXIMUM_ENTRY_SIZE,
+    MAXIMUM_INFLATED,
+    PACK_MAGIC,
     History,
     digest,
 )
@@ -185,3 +190,115 @@ def test_documents_stored_one_by_one_before_packs_are_still_read() -> None:
     history.put_policies(b"\x02" * 32, docs, follows=b"\x01" * 32)
     assert history.get_policies(b"\x02" * 32, docs) == docs
     assert len([key for key in store.entries if key.startswith("packs/")]) == 1
+
+
+def put_policies_before_deltas(
+    store: Store, manifest_hash: bytes, docs: dict[bytes, bytes]
+) -> None:
+    """What `put_policies` wrote before delta packs (commit d3015d1 and earlier): one pack of
+    length-prefixed documents, its index and the pointer, as that code encoded them."""
+    pack = b"".join(len(document).to_bytes(4, "big") + document for document in docs.values())
+    index = INDEX_MAGIC + digest(pack) + len(docs).to_bytes(4, "big") + b"".join(docs)
+    store.put(f"packs/{digest(pack).hex()}", pack)
+    store.put(f"policyindexes/{digest(index).hex()}", index)
+    store.put(f"policysets/{manifest_hash.hex()}", digest(index))
+
+
+def test_packs_written_before_deltas_are_still_read_and_kept_by_an_update() -> None:
+    store = MemoryStore()
+    history = History(store)
+    old = documents(20)
+    put_policies_before_deltas(store, b"\x01" * 32, old)
+    assert history.get_policies(b"\x01" * 32, old) == old
+    # An update that keeps most of them keeps the old pack and adds a delta pack of the rest.
+    updated = old | similar(5)
+    history.put_policies(b"\x02" * 32, updated, follows=b"\x01" * 32)
+    packs = entries(store, "packs")
+    assert len(packs) == 2
+    assert sum(pack.startswith(PACK_MAGIC) for pack in packs) == 1
+    assert History(store).get_policies(b"\x02" * 32, updated) == updated
+
+
+def similar(count: int, shared: int = 50_000) -> dict[bytes, bytes]:
+    """Documents as generated policies are: the same long text around each one's own data."""
+    rules = os.urandom(shared // 2).hex().encode()
+    texts = [rules[:-99] + b"%d" % index + os.urandom(200).hex().encode() + rules[-99:]
+             for index in range(count)]  # fmt: skip
+    return {digest(text): text for text in texts}
+
+
+def test_similar_documents_are_stored_as_deltas_and_read_back_whole() -> None:
+    store = MemoryStore()
+    history = History(store)
+    docs = similar(400) | documents(3) | {digest(b""): b""}  # and some unlike the others
+    history.put_policies(b"\x01" * 32, docs)
+    (pack,) = entries(store, "packs")
+    assert pack.startswith(PACK_MAGIC)
+    assert len(pack) < sum(map(len, docs.values())) / 50
+    assert History(store).get_policies(b"\x01" * 32, docs) == docs
+
+
+def rewritten_pack(store: MemoryStore, body: bytes, *, raw: bytes | None = None) -> None:
+    """Replace the one pack of manifest 01.. by `body` deflated (or `raw`), consistently: under
+    its new hash, named by a new index and pointer, so that only its content is wrong."""
+    data = raw if raw is not None else PACK_MAGIC + zlib.compress(body)
+    (old_key,) = [key for key in store.entries if key.startswith("packs/")]
+    del store.entries[old_key]
+    store.entries[f"packs/{digest(data).hex()}"] = data
+    (index_key,) = [key for key in store.entries if key.startswith("policyindexes/")]
+    index = store.entries.pop(index_key).replace(bytes.fromhex(old_key[6:]), digest(data))
+    store.entries[f"policyindexes/{digest(index).hex()}"] = index
+    store.entries[ONE] = digest(index)
+
+
+def delta(prefix: int, suffix: int, middle: bytes) -> bytes:
+    return (
+        prefix.to_bytes(4, "big")
+        + suffix.to_bytes(4, "big")
+        + len(middle).to_bytes(4, "big")
+        + middle
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "raw", "message"),
+    [
+        # The reference's length past the body; a delta's header or middle past it.
+        ((9).to_bytes(4, "big") + b"ref", None, "truncated"),
+        ((3).to_bytes(4, "big") + b"ref" + delta(3, 0, b"")[:-1], None, "truncated"),
+        ((3).to_bytes(4, "big") + b"ref" + delta(0, 0, b"abc")[:-1], None, "truncated"),
+        # More of the reference than it has, or an overlap of prefix and suffix.
+        ((3).to_bytes(4, "big") + b"ref" + delta(4, 0, b""), None, "past its reference"),
+        ((3).to_bytes(4, "big") + b"ref" + delta(2, 2, b""), None, "past its reference"),
+        # No zlib stream, a stream cut short, bytes after its end, one inflating past the bound.
+        (b"", PACK_MAGIC + b"not zlib", "not a zlib stream"),
+        (b"", PACK_MAGIC + zlib.compress(b"\0" * 1000)[:-3], "truncated"),
+        (b"", PACK_MAGIC + zlib.compress(b"\0" * 1000) + b"x", "truncated"),
+        (b"", PACK_MAGIC + zlib.compress(bytes(MAXIMUM_INFLATED + 1)), "inflates past"),
+    ],
+)
+def test_a_delta_pack_framed_wrong_is_damage(body: bytes, raw: bytes | None, message: str) -> None:
+    store = MemoryStore()
+    history = History(store)
+    docs = similar(3)
+    history.put_policies(b"\x01" * 32, docs)
+    rewritten_pack(store, body, raw=raw)
+    with pytest.raises(DamagedEntry, match=message):
+        history.get_policies(b"\x01" * 32, docs)
+
+
+def test_a_delta_pack_rewritten_consistently_with_another_middle_is_refused() -> None:
+    """A pack whose deltas are well framed but one middle altered (the pack re-hashed, a new
+    index and pointer naming it): that document no longer hashes to its name."""
+    store = MemoryStore()
+    history = History(store)
+    docs = similar(3)
+    history.put_policies(b"\x01" * 32, docs)
+    (pack,) = entries(store, "packs")
+    body = bytearray(zlib.decompress(pack[len(PACK_MAGIC) :]))
+    body[-1] ^= 1  # the last document's last middle byte (the suffix is the reference's)
+    rewritten_pack(store, bytes(body))
+    with pytest.raises(DamagedEntry, match="no policy"):
+        history.get_policies(b"\x01" * 32, docs)
+    rewritten_pack(store, bytes(body[:-1]) + bytes([body[-1] ^ 1]))  # as it was: read again
+    assert history.get_policies(b"\x01" * 32, docs) == docs
