@@ -8,9 +8,10 @@ and the pod's data, ~54 KB, `bench_history_workloads.GeneratedWorkload`): 10 000
 ~545 MB of documents in ~170 MB of YAML, which is what `set` reads, checks and sends in practice.
 `contrast set` runs as a process, taking turns between this tree and a tree given with
 `--before SRC` (a `src` directory of another commit, for an A/B run), each `set` an update of the
-same manifest; this tree also with generate's YAML memo in the workspace (`yaml-cache.txt`,
-made here as generate's reading makes it), as after `contrast generate` (with `--real-size`
-every tree runs with the memo, since that is how `set` follows `generate`). Each run's wall time
+same manifest; this tree also with generate's YAML memo and policy cache in the workspace
+(`yaml-cache.txt`, made here as generate's reading makes it; `policy-cache.json`, the policy hash
+of each annotation), as after `contrast generate` (with `--real-size` every tree runs with them,
+since that is how `set` follows `generate`). Each run's wall time
 and the CPU time of the `set` process (user + system, from `wait4`) are printed; the floor is the
 interpreter starting and doing nothing (`python -c pass`).
 
@@ -20,21 +21,26 @@ Run: `.venv/bin/python bench/bench_set_cli.py [WORKLOADS] [ROUNDS] [--real-size]
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the bench's own helpers
 
 from abrounds import BEFORE, THIS_TREE, taking_turns, trees
 
+if TYPE_CHECKING:
+    from contrast.local.workspace import DemoWorkload
+
 YAML_CACHE = "yaml-cache.txt"  # contrast.kuberesource.yamlmemo.FILE
+POLICY_CACHE = "policy-cache.json"  # contrast.policy.cache.FILE
 GOAL_S = 3.0
 
 
@@ -82,6 +88,20 @@ def remember(workspace: Path, memo: Path) -> None:
 class Timing(NamedTuple):
     wall: float
     cpu: float  # the process's user + system time
+
+
+def remember_policies(workspace: Path, workloads: Sequence[DemoWorkload]) -> None:
+    """generate's policy cache: the policy hash of each annotation it wrote, by the annotation's
+    sha256 (its keys, made from generate's inputs, stand in as the workload's name here)."""
+    from contrast.policy.cache import PolicyCache  # noqa: PLC0415
+    from contrast.policy.initdata import encode_annotation  # noqa: PLC0415
+    from contrast.policy.settings import default_settings  # noqa: PLC0415
+
+    cache = PolicyCache(workspace / POLICY_CACHE, "", default_settings(), [])
+    for workload in workloads:
+        key = hashlib.sha256(workload.name.encode()).hexdigest()
+        cache.store(key, encode_annotation(workload.initdata()), workload.policy_hash.hex())
+    cache.save()
 
 
 def timed(command: list[str], env: dict[str, str]) -> Timing:
@@ -179,17 +199,21 @@ def main(argv: list[str]) -> int:
         values = emulated_reference_values(TeeKind.EMULATED_SNP, base / "tee")
         workspace = base / "workspace"
         write_workspace(workspace, values, workloads)
-        memo, aside = workspace / YAML_CACHE, base / YAML_CACHE
-        remember(workspace, memo)
-        memo.rename(aside)
+        remember(workspace, workspace / YAML_CACHE)
+        remember_policies(workspace, workloads)
+        generated = [workspace / YAML_CACHE, workspace / POLICY_CACHE]
+        for path in generated:
+            path.rename(base / path.name)
 
         def with_memo(command: list[str], src: Path) -> Timing:
-            """`set` with generate's memo in the workspace, as after generate."""
-            aside.rename(memo)
+            """`set` with generate's memo and policy cache in the workspace, as after generate."""
+            for path in generated:
+                (base / path.name).rename(path)
             try:
                 return run_set(command, src)
             finally:
-                memo.rename(aside)
+                for path in generated:
+                    path.rename(base / path.name)
 
         with serving(base) as command:
             measures: dict[str, Callable[[], Timing]] = {"python -c pass": floor}

@@ -1,20 +1,22 @@
-"""What `set` sends is exactly the resources' policies, with generate's memo in the workspace too.
+"""What `set` sends is exactly the resources' policies, with generate's memo and cache present.
 
-`set` reads the resources through generate's YAML memo, writes the SetManifest request as wire
-bytes itself (client/setrequest.py), inflates with zlib-ng and learns a written document's
-algorithm without reading it whole (policy/initdata.py). None of these may change what reaches
-the Coordinator: `verify` fetches the documents back and they are byte for byte the ones inside
-the annotations, for a generated-size policy and one in a TOML form `to_toml` does not write.
-(A sha384 initdata is left out: the Coordinator keys the documents it is sent by their sha256,
-not by their policy hash, so it refuses one; the client's reading of it is in
-tests/policy/test_initdata.py.) A resource edited by hand after `generate` (the memo then holds
-the old text) is read anew: its policy is refused, never the old one sent.
+`set` reads the resources through generate's YAML memo, takes the hash of each annotation
+generate wrote from its policy cache, writes the SetManifest request as wire bytes itself
+(client/setrequest.py), inflates with zlib-ng and learns a written document's algorithm without
+reading it whole (policy/initdata.py). None of these may change what reaches the Coordinator:
+`verify` fetches the documents back and they are byte for byte the ones inside the annotations,
+for a generated-size policy and one in a TOML form `to_toml` does not write. (A sha384 initdata
+is left out: the Coordinator keys the documents it is sent by their sha256, not by their policy
+hash, so it refuses one; the client's reading of it is in tests/policy/test_initdata.py.) A
+resource edited by hand after `generate` (memo and cache then hold the old text) is read anew:
+its policy is refused, never the old one sent.
 """
 
 from __future__ import annotations
 
 import base64
 import gzip
+import hashlib
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,15 @@ from contrast.client.resources import yaml_files
 from contrast.kuberesource import yamlio
 from contrast.kuberesource.yamlmemo import FILE, YamlMemo
 from contrast.local.workspace import DemoWorkload, emulated_reference_values, write_workspace
-from contrast.policy.initdata import ANNOTATION, Initdata, decode_annotation, policy_hash
+from contrast.policy.cache import PolicyCache
+from contrast.policy.initdata import (
+    ANNOTATION,
+    Initdata,
+    decode_annotation,
+    encode_annotation,
+    policy_hash,
+)
+from contrast.policy.settings import default_settings
 from tests.cli.conftest import COORDINATOR, ROGUE, WEB, Cluster
 
 ASSETS = Path(__file__).resolve().parents[2] / "src" / "contrast" / "policy" / "assets"
@@ -54,11 +64,17 @@ WORKLOADS = [COORDINATOR, WEB, GENERATED, OTHER_FORM]
 
 
 def remember(workspace: Path) -> None:
-    """generate's memo of the resources, as `generate` leaves it in the workspace."""
+    """generate's memo of the resources and its policy cache of their annotations (the hash of
+    each by its sha256), as `generate` leaves them in the workspace."""
     memo = YamlMemo(workspace / FILE)
     for path in yaml_files(workspace / "resources"):
         yamlio.load(path, plain=True, memo=memo)
     memo.save()
+    cache = PolicyCache(workspace / "policy-cache.json", "", default_settings(), [])
+    for workload in WORKLOADS:
+        key = hashlib.sha256(workload.name.encode()).hexdigest()  # generate's are its inputs'
+        cache.store(key, encode_annotation(workload.initdata()), workload.policy_hash.hex())
+    cache.save()
 
 
 def contrast(cluster: Cluster, capsys: pytest.CaptureFixture[str], command: str) -> tuple[int, str]:

@@ -10,6 +10,9 @@ refusal; and a memo entry is taken only for exactly the bytes it was made from.
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +25,16 @@ from contrast.client.resources import ResourceFileUnreadable, collect_policies
 from contrast.errors import ContrastError
 from contrast.kuberesource import yamlbounds, yamlio
 from contrast.kuberesource.yamlmemo import YamlMemo
-from contrast.policy.initdata import ANNOTATION, decode_annotation, encode_policy, policy_hash
+from contrast.policy.cache import PolicyCache, written_annotations
+from contrast.policy.initdata import (
+    ANNOTATION,
+    InitdataError,
+    decode_annotation,
+    encode_policy,
+    policy_hash,
+)
+from contrast.policy.settings import default_settings
+from tests.generate.conftest import GenerateWorkspace, reference_values_file, write_layout
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "generate" / "examples"
 
@@ -219,3 +231,79 @@ def test_memo_of_generate_agrees(tmp_path: Path) -> None:
     )
     assert remembered >= 8
     assert collect_policies(directory, memo) == reference(directory)
+
+
+# generate's policy cache: the policy hash of each annotation it wrote, by the annotation's sha256.
+
+
+def annotations_in(directory: Path) -> list[str]:
+    return [
+        value
+        for path in resources.yaml_files(directory)
+        for document in yamlbounds.load_all_safe(path.read_text(), str(path))
+        for value in resources._annotation_values(document)
+    ]
+
+
+def pod(name: str, value: str) -> str:
+    return (
+        f"apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  annotations:\n"
+        f"    {ANNOTATION}: {value}\nspec:\n" + pod_spec("  ")
+    )
+
+
+def written_cache(path: Path, annotations: dict[str, str]) -> dict[str, str]:
+    """A policy cache at `path` as generate saves it, for `annotations` (annotation → hash)."""
+    cache = PolicyCache(path, "", default_settings(), [])
+    for index, (value, hashed) in enumerate(annotations.items()):
+        cache.store(hashlib.sha256(str(index).encode()).hexdigest(), value, hashed)
+    cache.save()
+    return written_annotations(path)
+
+
+def test_a_cached_annotation_takes_its_hash_from_the_cache(tmp_path: Path) -> None:
+    directory = write(tmp_path / "resources", CASES)
+    expected = reference(directory)
+    found = annotations_in(directory)
+    values = {value: policy_hash(decode_annotation(value)).hex() for value in found}
+    written = written_cache(tmp_path / "policy-cache.json", values)
+    assert len(written) == len(set(found)) >= 10
+    assert collect_policies(directory, written=written) == expected
+    # The entry is what decides (trusted as the manifest and the memo are): one that says
+    # another hash is taken, so the shortcut above was the one used.
+    forged = dict.fromkeys(written, "ab" * 32)
+    assert set(collect_policies(directory, written=forged)) == {"ab" * 32}
+
+
+def test_an_annotation_edited_after_generate_is_hashed_anew(tmp_path: Path) -> None:
+    """The cache knows the annotation generate wrote; one pasted in by hand is read in full."""
+    old, new = annotation("generated"), annotation("pasted by hand")
+    written = written_cache(tmp_path / "policy-cache.json", {old: "cd" * 32})
+    directory = write(tmp_path / "resources", {"pod.yml": pod("app", new)})
+    assert collect_policies(directory, written=written) == reference(directory)
+    assert set(reference(directory)) == {policy_hash(decode_annotation(new)).hex()}
+    # And a document that is not valid initdata is still refused when the cache lacks it.
+    broken = base64.b64encode(gzip.compress(b"= not toml", mtime=0)).decode()
+    (directory / "pod.yml").write_text(pod("app", broken))
+    with pytest.raises(InitdataError, match="not TOML"):
+        collect_policies(directory, written=written)
+
+
+def test_generates_cache_gives_the_hashes_of_the_annotations_it_wrote(tmp_path: Path) -> None:
+    """A real `generate` run: every annotation it wrote is in its cache, with its hash."""
+    workspace = GenerateWorkspace(
+        root=tmp_path / "workspace",
+        layout=write_layout(tmp_path / "layout"),
+        reference_values=reference_values_file(tmp_path / "reference-values.json"),
+    )
+    workspace.add_example("multi-runtime")
+    workspace.add_coordinator("metal-qemu-snp")
+    assert workspace.generate("--reference-values", "metal-qemu-snp", str(workspace.resources)) == 0
+    written = written_annotations(workspace.root / "policy-cache.json")
+    expected = reference(workspace.resources)
+    found = annotations_in(workspace.resources)
+    cached = [resources._written_hash(value, written) for value in found]
+    assert len(found) >= 3
+    assert None not in cached  # the Coordinator's too
+    assert set(cached) == set(expected)
+    assert collect_policies(workspace.resources, written=written) == expected

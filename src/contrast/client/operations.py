@@ -46,6 +46,8 @@ from contrast.kuberesource.yamlmemo import YamlMemo
 from contrast.manifest.model import MANIFEST_LIMITS, Manifest
 from contrast.manifest.ownership import sign_update
 from contrast.manifest.verifier import coordinator_verifier
+from contrast.policy import cache as policy_cache
+from contrast.policy.cache import written_annotations
 from contrast.policy.initdata import Initdata, InitdataError
 from contrast.seed import threshold
 from contrast.seed.shares import SEED_SHARES_LIMITS, SeedShareDocument
@@ -178,8 +180,13 @@ def _matching_policies(
     from different `contrast generate` runs: the Coordinator would admit pods nobody deploys, or
     refuse the ones deployed.
     """
-    # generate's YAML memo: the documents of the files it wrote, known by their bytes.
-    policies = collect_policies(resources, YamlMemo(workspace.path(yamlmemo.FILE)))
+    # generate's YAML memo (the documents of the files it wrote, known by their bytes) and its
+    # policy cache (the policy hash of each annotation it wrote, known by the annotation).
+    policies = collect_policies(
+        resources,
+        YamlMemo(workspace.path(yamlmemo.FILE)),
+        written_annotations(workspace.path(policy_cache.FILE)),
+    )
     missing = sorted(set(manifest.policies) - set(policies))
     if missing:
         raise OperationFailed(

@@ -160,6 +160,16 @@ class PolicyCache:
         write_atomically(self.path, json.dumps(document, indent=1).encode() + b"\n")
 
 
+def written_annotations(path: Path) -> dict[str, str]:
+    """The policy hash (hex) of each annotation the last `generate` run wrote or kept, by the
+    annotation's sha256 (hex), from the cache at `path`; empty where it cannot be read.
+
+    An entry's annotation is the one `generate` encoded for that hash, so `set` can take its
+    policy hash from here instead of reading and hashing the document again (client/resources.py).
+    """
+    return dict(PolicyCache._load(path).values())
+
+
 def _is_hash(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and set(value) <= _HEX
 
