@@ -273,6 +273,8 @@ def _common_prefix(document: bytes, reference: memoryview, limit: int, guess: in
     then runs that double, then halving inside the run that differs.
     """
     at = guess if 0 < guess <= limit and document.startswith(reference[:guess]) else 0
+    if at and (at == limit or document[at] != reference[at]):
+        return at  # the guess was right: one compare and one byte
     step = 64
     while at < limit:
         end = min(at + step, limit)
@@ -294,6 +296,10 @@ def _common_suffix(document: bytes, reference: memoryview, limit: int, guess: in
     `_common_prefix`, from the end (`endswith` up to a position)."""
     whole, size = len(document), len(reference)
     matched = guess if 0 < guess <= limit and document.endswith(reference[size - guess :]) else 0
+    if matched and (
+        matched == limit or document[whole - matched - 1] != reference[size - matched - 1]
+    ):
+        return matched
     step = 64
     while matched < limit:
         end = min(matched + step, limit)
