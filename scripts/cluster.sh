@@ -5,8 +5,9 @@
 #   bash scripts/cluster.sh up DIR     builds or reuses the binaries, starts the cluster, writes
 #                                      DIR/kubeconfig (admin) and DIR/registry-address, returns when the
 #                                      node is Ready and CoreDNS answers through its Service
-#   bash scripts/cluster.sh down DIR   stops it and removes what it made (idempotent, and safe
-#                                      after a failed up)
+#   bash scripts/cluster.sh down DIR   stops it and removes what it made, the TEE servers and
+#                                      sandbox folders of its pods under the emulated runtime too
+#                                      (idempotent, and safe after a failed up)
 #   bash scripts/cluster.sh build      only builds (or finds) the binaries; prints their folder
 #   bash scripts/cluster.sh supervise-containerd CONFIG
 #                                      (internal: up starts it in the node's namespaces) runs the
@@ -744,6 +745,43 @@ for n in json.load(sys.stdin).get("Spec", {}).get("linux", {}).get("namespaces",
     } | sort -u
 }
 
+# The state folders of the emulated runtimes in DIR's containerd config (install-runtime, or the
+# node installer's DaemonSet): each runtime's runc (BinaryName) is its launcher, which exports it.
+emulated_states() {
+    local config=$DIR/containerd/config.toml launcher
+    [ -f "$config" ] || return 0
+    sed -n 's/^[[:space:]]*BinaryName[[:space:]]*=[[:space:]]*["'\'']\([^"'\'']*\)["'\''][[:space:]]*$/\1/p' "$config" |
+        sort -u | while IFS= read -r launcher; do
+            [ -f "$launcher" ] || continue
+            sed -n 's/^export CONTRAST_EMULATED_STATE=//p' "$launcher" | sed "s/^'\(.*\)'\$/\1/"
+        done | sort -u
+}
+
+# The emulated runtime's sandboxes of this cluster's pods: their TEE servers and folders. Their end
+# is the runtime's delete, which never comes once the shims are killed, and the TEE server runs in a
+# session of its own, outside the pods' cgroups; left alone, they outlived every cluster. A sandbox
+# is named by its pause container's id, a task of our containerd; other clusters' stay.
+stop_emulated_sandboxes() {
+    local state task id sandbox pid
+    emulated_states | while IFS= read -r state; do
+        [ -d "$state" ] || continue
+        for task in "$DIR"/containerd/state/io.containerd.runtime.v2.task/k8s.io/*; do
+            [ -d "$task" ] || continue
+            id=${task##*/}
+            rm -f "$state/containers/$id"
+            sandbox=$state/sandboxes/$id
+            [ -d "$sandbox" ] || continue
+            # Only the process serving this sandbox (its command line names the folder): the pid
+            # file may be stale.
+            pid=$(cat "$sandbox/tee-server.pid" 2>/dev/null || true)
+            if [ -n "$pid" ] && tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | grep -qxF "$sandbox"; then
+                stop_pid "$pid"
+            fi
+            rm -rf "$sandbox"
+        done
+    done
+}
+
 down() {
     [ "$(id -u)" -eq 0 ] || die "down needs root"
     [ -d "$DIR" ] || return 0
@@ -771,6 +809,7 @@ down() {
         rm -f "/run/containerd/s/$(printf '%s' "$DIR/containerd/containerd.sock/k8s.io/${task##*/}" |
             sha256sum | cut -c1-64)"
     done
+    stop_emulated_sandboxes
     # The containers: every process in the kubelet's cgroup root, then the cgroups themselves.
     local slot cgroup hierarchy
     slot=$(cat "$DIR/slot" 2>/dev/null || true)

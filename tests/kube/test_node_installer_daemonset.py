@@ -9,7 +9,9 @@ installs the runtime into the node's root with the image's own Python (the node 
 Contrast), adds the handler to containerd's config and restarts containerd through the pid file:
 a new pid, and the CRI of the new containerd lists the handler. A generated workload runs Ready
 under the RuntimeClass with its runc calls in that Python, and the same workload with another
-command is refused by its policy, the reason in its Failed event.
+command is refused by its policy, the reason in its Failed event. Then `cluster.sh down` ends
+the TEE servers and sandbox folders of the cluster's pods, and only those: a sandbox of another
+cluster on the node keeps its TEE server.
 
 The node's own setup, done here as a node's operator would: containerd's pods' network namespaces
 where a node's containerd keeps them (/var/run/netns, as every generated policy expects; cluster.sh
@@ -20,6 +22,8 @@ DIR/containerd/config.toml is set before the installer restarts containerd.
 from __future__ import annotations
 
 import json
+import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -31,6 +35,8 @@ from typing import Any
 import grpc
 import pytest
 
+from contrast.emulatedruntime import teeserver
+from contrast.emulatedruntime.node import DEFAULT_STATE, NodeSettings, NodeState, Owner, Sandbox
 from contrast.kuberesource.release import PAUSE_IMAGE, TARGET_CONFIG_MAP
 from tests.kube import deploy
 from tests.kube.cluster import Cluster, cluster_script, start_cluster
@@ -267,5 +273,69 @@ def test_the_daemonset_installs_the_runtime_and_a_generated_pod_runs_under_it(
     print(f"other: {events['other']}")
     assert "CreateContainerRequest is blocked by policy: " in events["other"]
     assert "Process.Args expected" in events["other"]
-    cluster.kubectl("delete", "namespace", namespace, "--wait=false")
+
+    # cluster.sh down ends the pods' TEE servers and sandbox folders, which outlived every cluster
+    # (issue 29: its shims killed, no delete reached the runtime), and only this cluster's: another
+    # cluster's sandbox (here one whose owner is this test) keeps its server.
+    sandboxes = cluster_sandboxes(cluster)
+    running = [pid for pid in sandboxes.values() if pid is not None]
+    assert running, f"no sandbox of this cluster with a running TEE server: {sandboxes}"
+    other_cluster = start_decoy(next(iter(sandboxes)))
+    try:
+        down = cluster_script("down", cluster.directory)
+        assert down.returncode == 0, down.stderr.decode(errors="replace")
+        assert [pid for pid in running if Owner.of(pid) is not None] == []
+        assert [path for path in sandboxes if path.exists()] == []
+        names = [os.fsencode(f"{cluster.directory}/"), *map(os.fsencode, map(str, sandboxes))]
+        assert processes_naming(names) == []
+        assert other_cluster.server_pid() is not None
+        assert other_cluster.exists()
+    finally:
+        teeserver.stop(other_cluster)
+        shutil.rmtree(other_cluster.directory, ignore_errors=True)
     print(f"the whole test: {time.monotonic() - began:.1f} s")
+
+
+def cluster_sandboxes(cluster: Cluster) -> dict[Path, int | None]:
+    """The emulated runtime's sandboxes of this cluster's pods, each with its TEE server's pid:
+    those whose recorded owner, the shim that created them, serves the cluster's containerd."""
+    address = os.fsencode(str(cluster.directory / "containerd/containerd.sock"))
+    found: dict[Path, int | None] = {}
+    for directory in NodeState(Path(DEFAULT_STATE)).sandboxes_directory.iterdir():
+        sandbox = Sandbox(directory)
+        owner = sandbox.owner()
+        if owner is None or not owner.runs():
+            continue
+        try:
+            command = Path(f"/proc/{owner.pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if address in command:
+            found[directory] = sandbox.server_pid()
+    return found
+
+
+def start_decoy(model: Path) -> Sandbox:
+    """A sandbox of another cluster, as the runtime makes one (the initdata of `model`), its
+    owner this test and its TEE server running."""
+    owner = Owner.of(os.getpid())
+    assert owner is not None
+    node = NodeState(Path(DEFAULT_STATE))
+    sandbox = node.new_sandbox(secrets.token_hex(32), Sandbox(model).initdata(), owner)
+    teeserver.start(sandbox, NodeSettings.from_environment())
+    return sandbox
+
+
+def processes_naming(names: list[bytes]) -> list[str]:
+    """The command lines of the running processes that contain one of `names`."""
+    found = []
+    for process in Path("/proc").iterdir():
+        if not process.name.isdigit():
+            continue
+        try:
+            command = (process / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(name in command for name in names):
+            found.append(command.replace(b"\0", b" ").decode(errors="replace"))
+    return found
