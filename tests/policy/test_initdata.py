@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import base64
+import binascii
 import gzip
 import hashlib
+import subprocess
+import sys
 import tomllib
 import zlib
 from pathlib import Path
 
+import pybase64
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,6 +22,7 @@ from contrast.policy.initdata import (
     Initdata,
     InitdataError,
     PolicyEncoder,
+    _base64,
     _closing_quotes,
     _read_written,
     _written_algorithm,
@@ -308,3 +313,81 @@ def test_what_to_toml_does_not_write_is_left_to_tomllib() -> None:
 def test_closing_quotes_is_the_find_of_three_quotes(parts: list[bytes], start: int) -> None:
     text = b"".join(parts)
     assert _closing_quotes(text, start) == text.find(b"'''", start)
+
+
+def _standard(value: str) -> bytes | str:
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return "refused"
+
+
+def _ours(value: str) -> bytes | str:
+    try:
+        return _base64(value)
+    except (binascii.Error, ValueError):
+        return "refused"
+
+
+BASE64_TEXT = st.text(
+    alphabet=st.sampled_from(
+        [
+            *"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/",
+            *("=", "=", " ", "\n", "-", "_", "\x00", "é", "."),
+        ]
+    ),
+    max_size=24,
+)
+
+
+@given(st.one_of(BASE64_TEXT, st.text(max_size=24)))
+def test_base64_reads_any_text_as_the_standard_library(value: str) -> None:
+    assert _ours(value) == _standard(value)
+    # What pybase64 takes, it reads as the standard library does: only its refusals differ.
+    try:
+        taken = pybase64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        return
+    assert taken == _standard(value)
+
+
+@given(st.binary(max_size=40), st.integers(0, 60), st.sampled_from(["=", "A", "", " ", "=="]))
+def test_base64_of_any_bytes_changed_anywhere_reads_as_the_standard_library(
+    data: bytes, at: int, change: str
+) -> None:
+    encoded = base64.b64encode(data).decode()
+    for value in (encoded, encoded[:at] + change + encoded[at:], encoded[:at] + change):
+        assert _ours(value) == _standard(value)
+
+
+def test_padding_after_a_full_group_is_the_standard_librarys_reading() -> None:
+    # pybase64 refuses these, the standard library ignores the padding: its reading stands.
+    for value in ("YxXo=", "WD4A=", "6EZM3YNx="):
+        assert _ours(value) == base64.b64decode(value, validate=True) != "refused"
+
+
+def test_without_pybase64_and_zlib_ng_the_standard_library_reads_annotations() -> None:
+    # The release images carry only what their components import (imagebuild/spec.py): the
+    # Coordinator's and the node installer's import this module without either package.
+    toml = Initdata({"policy.rego": POLICY * 100}).to_toml()
+    script = (
+        "import sys\n"
+        "sys.modules['pybase64'] = sys.modules['zlib_ng'] = None  # import raises ImportError\n"
+        "from contrast.policy import initdata\n"
+        "assert initdata._BASE64.__name__ == 'base64' and initdata._ZLIB.__name__ == 'zlib'\n"
+        f"assert initdata.decode_annotation({encode_annotation(toml)!r}) == {toml!r}\n"
+        "for bad in ('not base64!', 'YWJj'):\n"
+        "    try:\n"
+        "        initdata.decode_annotation(bad)\n"
+        "    except initdata.InitdataError as error:\n"
+        "        print(error)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        "the initdata annotation is not base64",
+        "the initdata annotation is not gzip: Error -3 while decompressing data: incorrect header"
+        " check",
+    ]
