@@ -276,7 +276,8 @@ def _install_emulated(run: _Run) -> InstallReport:
     and runc from the target config, and the roots (the emulated AMD/Intel keys) are made once
     in a root-only directory of the node that no pod mounts. Without `emulated-python` the
     installer copies its own Python into the install directory (`pythonbundle`) and the
-    launcher runs that one.
+    launcher runs that one; once the launcher is written, the copies of earlier installers that
+    no process uses any more are removed (`bundleprune`).
     """
     # Imported here: hardware installs need none of the emulated TEE.
     from contrast.emulatedruntime.launcher import LAUNCHER_NAME, render_launcher  # noqa: PLC0415
@@ -309,6 +310,9 @@ def _install_emulated(run: _Run) -> InstallReport:
     if not _holds(location, launcher, EXECUTABLE_MODE):
         write_atomically(location, launcher, mode=EXECUTABLE_MODE)
         written.append(str(launcher_path))
+    from contrast.nodeinstaller.bundleprune import prune_bundles  # noqa: PLC0415
+
+    prune_bundles(host, run.install_dir, PurePosixPath(python))
     return _configure(run, patch, tuple(written))
 
 

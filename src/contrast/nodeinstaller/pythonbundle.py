@@ -19,11 +19,15 @@ the runtime's directory, `/opt/edgeless/<handler>/python-<digest>/`:
 No chroot: runc runs the launcher in the node's mount namespace and must see the node's paths
 (bundles, the runtime's state, the pods' root file systems), so the bundle is relocated instead.
 The directory is named after a digest of its content and made by one rename of a staged tree, so
-a present bundle is complete and a re-run of the same image copies nothing.
+a present bundle is complete and a re-run of the same image copies nothing. An upgrade's installer
+adds its own copy; `bundleprune` removes the others once no process uses them. Both hold an
+`flock` on the handler's directory, so a staging directory seen under the lock is no install's
+work in progress.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import re
@@ -34,6 +38,7 @@ import subprocess
 import sys
 import sysconfig
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -41,6 +46,10 @@ from contrast.nodeinstaller.errors import NodeInstallerError
 from contrast.nodeinstaller.hostroot import Resolver
 
 WRAPPER = "bin/python"
+# The names a bundle's directory has in the handler's directory: complete (made by one rename),
+# or not: being staged, or renamed aside to be deleted (`bundleprune`).
+COMPLETE_NAME = re.compile(r"python-[0-9a-f]{16}")
+PARTIAL_NAME = re.compile(r"\.python-[0-9a-f]{16}\.(?:staging|removing)-[0-9a-f]{8}")
 # Parts of a stdlib that the runtime never imports and that only add bulk (and `config-*`, the
 # static library and Makefile for building extensions).
 _SKIPPED_STDLIB = frozenset({"site-packages", "dist-packages", "test", "idlelib", "ensurepip"})
@@ -80,6 +89,23 @@ class Bundle:
     @property
     def name(self) -> str:
         return f"python-{self.digest[:16]}"
+
+
+def partial_name(name: str, kind: str) -> str:
+    """A fresh name, never taken for a complete bundle, for `name` being staged or removed."""
+    return f".{name}.{kind}-{secrets.token_hex(4)}"
+
+
+@contextmanager
+def locked(directory: int) -> Iterator[None]:
+    """An exclusive `flock` on the handler's directory (`directory`, an open descriptor of it):
+    one installer at a time stages, renames or removes bundles there."""
+    descriptor = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=directory)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # ends the lock
 
 
 def _tree(source: Path, destination: str, skipped: frozenset[str]) -> Iterator[BundleFile]:
@@ -187,12 +213,19 @@ def install_bundle(
     home = install_dir / bundle.name
     wrapper = home / WRAPPER
     parent, _ = host.directory(install_dir, create=True)
-    try:
-        os.stat(bundle.name, dir_fd=parent, follow_symlinks=False)
-        return wrapper, False
-    except FileNotFoundError:
-        pass
-    staging = f".{bundle.name}.staging-{secrets.token_hex(4)}"
+    with locked(parent):
+        try:
+            os.stat(bundle.name, dir_fd=parent, follow_symlinks=False)
+            return wrapper, False
+        except FileNotFoundError:
+            pass
+        _copy(bundle, parent, home)
+    return wrapper, True
+
+
+def _copy(bundle: Bundle, parent: int, home: PurePosixPath) -> None:
+    """Stage the bundle beside its place (in `parent`, the handler's directory), rename it in."""
+    staging = partial_name(bundle.name, "staging")
     os.mkdir(staging, 0o755, dir_fd=parent)
     staged = Path(f"/proc/self/fd/{parent}") / staging  # made just now: no links in it
     try:
@@ -212,4 +245,3 @@ def install_bundle(
         ) from None
     finally:
         shutil.rmtree(staged, ignore_errors=True)
-    return wrapper, True
