@@ -1,8 +1,9 @@
 """A manifest of 10 000 workloads: set, stored, followed, recovered, raced and tampered with.
 
-On both backends (files, and ConfigMaps on the test cluster's real API server): the manifest
-(about 1.9 MB) is stored in chunks and its 10 000 policy documents in packs, no object over the
-1 MiB a ConfigMap holds. Altering any stored byte of them is refused on recovery, naming the entry;
+On both backends (files, and ConfigMaps on the test cluster's real API server), with policies of
+~300 bytes and of the size `contrast generate` writes (~57 KB): the manifest (about 1.9 MB) is
+stored in chunks and its 10 000 policy documents in delta packs, no object over the 1 MiB a
+ConfigMap holds. Altering any stored byte of them is refused on recovery, naming the entry;
 a restored older state is refused as a rollback. The crash steps (`test_crash_steps`) run the same
 manifest killed after each of its writes.
 """
@@ -29,7 +30,7 @@ from contrast.history.history import (
 from contrast.history.store import Store
 from contrast.manifest.verifier import workload_verifier
 from tests.coordinator.conftest import Deployment, policy
-from tests.coordinator.crash_step_worker import LARGE, large_policy
+from tests.coordinator.crash_step_worker import LARGE, generated_policy, large_policy
 from tests.coordinator.test_replicas import certificate, race
 from tests.kube.backends import StoreFactory, new_store
 
@@ -39,10 +40,25 @@ FIRST = ("coordinator", "web", *LARGE)
 UPDATED = ("coordinator", "client", *LARGE)
 
 
+# The policies of the 10 000 workloads: ~300 bytes each, every one unlike the others, or as
+# `contrast generate` writes them (~57 KB, the same rules around each pod's data: 568 MB), and
+# how many delta packs hold them. The tests of what is stored run on both (`BOTH_SHAPES`); the
+# race and GetManifests' ranges, about replicas and transitions, on the first.
+SHAPES = {"300-byte": (large_policy, 2), "generated": (generated_policy, 4)}
+BOTH_SHAPES = pytest.mark.parametrize("shape", SHAPES, indirect=True)
+
+
 @pytest.fixture(scope="module")
-def large_policies() -> dict[str, bytes]:
+def shape(request: pytest.FixtureRequest) -> str:
+    name: str = getattr(request, "param", "300-byte")
+    return name
+
+
+@pytest.fixture(scope="module")
+def large_policies(shape: str) -> dict[str, bytes]:
+    make, _ = SHAPES[shape]
     policies = {name: policy(name) for name in ("coordinator", "web", "client", "rogue")}
-    return policies | {name: large_policy(name) for name in LARGE}
+    return policies | {name: make(name) for name in LARGE}
 
 
 @pytest.fixture
@@ -72,8 +88,9 @@ def set_first(deployment: Deployment, coordinator: Coordinator) -> tuple[bytes, 
     return result.seed_shares.decrypt(deployment.seedshare), result.seed_shares.salt
 
 
+@BOTH_SHAPES
 def test_a_manifest_of_10000_policies_is_stored_in_entries_of_at_most_1_mib_and_recovered(
-    large: Deployment, new_store: StoreFactory
+    large: Deployment, new_store: StoreFactory, shape: str
 ) -> None:
     coordinator, store = on(new_store)
     manifest = large.manifest(FIRST)
@@ -87,9 +104,9 @@ def test_a_manifest_of_10000_policies_is_stored_in_entries_of_at_most_1_mib_and_
     }
     assert max(sizes.values()) <= MAXIMUM_ENTRY_SIZE
     assert sum(key.startswith("chunks/") for key in sizes) == 4  # two manifests of two chunks
-    # 10 002 documents of ~300 bytes in two delta packs; the update kept them and packed its
-    # one new policy alone.
-    assert sum(key.startswith("packs/") for key in sizes) == 2 + 1, sorted(sizes)
+    # 10 002 documents in their delta packs; the update kept them and packed its one new
+    # policy alone.
+    assert sum(key.startswith("packs/") for key in sizes) == SHAPES[shape][1] + 1, sorted(sizes)
     assert not any(key.startswith("policies/") for key in sizes)
 
     restarted, _ = on(new_store)
@@ -128,6 +145,7 @@ def altered(data: bytes) -> bytes:
     return bytes(flipped)
 
 
+@BOTH_SHAPES
 @pytest.mark.parametrize(
     "kind", ["chunks", "manifests", "packs", "policyindexes", "policysets", "generations"]
 )
@@ -147,11 +165,12 @@ def test_any_altered_entry_of_a_10000_policy_manifest_is_refused_on_recovery(
     assert restarted.mode is Mode.RECOVERY
 
 
-def test_a_truncated_or_deleted_pack_is_named(large: Deployment) -> None:
+@BOTH_SHAPES
+def test_a_truncated_or_deleted_pack_is_named(large: Deployment, shape: str) -> None:
     coordinator = large.coordinator()
     seed, salt = set_first(large, coordinator)
     packs = sorted((large.state_dir / "packs").iterdir())
-    assert len(packs) == 2
+    assert len(packs) == SHAPES[shape][1]
     packs[1].write_bytes(packs[1].read_bytes()[:-3])
     with pytest.raises(StoredStateDamaged, match=f"packs/{packs[1].name}"):
         large.coordinator().recover(seed, salt)
@@ -160,6 +179,7 @@ def test_a_truncated_or_deleted_pack_is_named(large: Deployment) -> None:
         large.coordinator().recover(seed, salt)
 
 
+@BOTH_SHAPES
 def test_a_restored_older_state_of_10000_policies_is_refused_as_a_rollback(
     large: Deployment, tmp_path: Path
 ) -> None:

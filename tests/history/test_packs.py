@@ -10,6 +10,7 @@ deltas (length-prefixed documents) are still read.
 from __future__ import annotations
 
 import os
+import random
 import zlib
 
 import pytest
@@ -23,6 +24,8 @@ from contrast.history.history import (
     MAXIMUM_INFLATED,
     PACK_MAGIC,
     History,
+    _common_prefix,
+    _common_suffix,
     digest,
 )
 from contrast.history.store import MemoryStore, Store
@@ -302,3 +305,49 @@ def test_a_delta_pack_rewritten_consistently_with_another_middle_is_refused() ->
         history.get_policies(b"\x01" * 32, docs)
     rewritten_pack(store, bytes(body[:-1]) + bytes([body[-1] ^ 1]))  # as it was: read again
     assert history.get_policies(b"\x01" * 32, docs) == docs
+
+
+def test_deltas_agree_with_a_byte_by_byte_comparison_and_read_back() -> None:
+    """The prefix and suffix a delta keeps, found by comparing slices (with a guess that is
+    right, wrong, or past the end), are the byte loop's; documents of every kind (alike, unlike,
+    empty, shorter or longer than the reference, up to 300 KB) read back as written."""
+    rnd = random.Random(29)
+
+    def matching(a: bytes, b: bytes, limit: int) -> int:
+        count = 0
+        while count < limit and a[count] == b[count]:
+            count += 1
+        return count
+
+    for _ in range(2000):
+        base = rnd.randbytes(rnd.choice([0, 1, 5, 70, 300, 5000]))
+        document, reference = (mutated(rnd, base) for _ in range(2))
+        limit = min(len(document), len(reference))
+        prefix = _common_prefix(document, memoryview(reference), limit, rnd.randint(0, limit + 3))
+        assert prefix == matching(document, reference, limit)
+        rest = limit - prefix
+        suffix = _common_suffix(document, memoryview(reference), rest, rnd.randint(0, rest + 3))
+        assert suffix == matching(document[::-1], reference[::-1], rest)
+    for round_ in range(20):
+        store = MemoryStore()
+        base = rnd.randbytes(rnd.choice([10, 3000, 60_000]))
+        docs = {digest(d): d for d in (mutated(rnd, base) for _ in range(rnd.randint(1, 300)))}
+        docs |= {digest(d): d for d in (rnd.randbytes(rnd.randint(0, 300_000)) for _ in range(3))}
+        History(store).put_policies(bytes([round_]) * 32, docs)
+        assert History(store).get_policies(bytes([round_]) * 32, docs) == docs
+        assert max(map(len, store.entries.values())) <= MAXIMUM_ENTRY_SIZE
+
+
+def mutated(rnd: random.Random, base: bytes) -> bytes:
+    """`base` with up to three insertions, deletions or flipped bits."""
+    data = bytearray(base)
+    for _ in range(rnd.randint(0, 3)):
+        at = rnd.randint(0, len(data))
+        operation = rnd.randint(0, 2)
+        if operation == 0:
+            data[at:at] = rnd.randbytes(rnd.randint(0, 50))
+        elif operation == 1:
+            del data[at : at + rnd.randint(0, 50)]
+        elif data:
+            data[min(at, len(data) - 1)] ^= 1
+    return bytes(data)
