@@ -10,9 +10,15 @@ whose glibc and Python it never saw.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
+from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
+import pytest
+
+from contrast import syncfs
 from contrast.nodeinstaller.hostroot import Resolver
 from contrast.nodeinstaller.pythonbundle import install_bundle
 
@@ -55,3 +61,73 @@ def test_the_bundle_runs_its_own_loader_libraries_and_stdlib(tmp_path: Path) -> 
     assert any("libssl" in p for p in libraries), libraries
     outside = [p for p in libraries if not p.startswith(f"{home}/")]
     assert outside == [], f"libraries mapped from outside the bundle: {outside}"
+
+
+# Audit events of the current test (hooks cannot be removed: one per process, idle outside).
+_EVENTS: list[list[tuple[str, str]]] = []
+
+
+def _record(event: str, arguments: tuple[object, ...]) -> None:
+    if not _EVENTS:
+        return
+    if event == "os.rename":
+        _EVENTS[-1].append(("rename", str(arguments[1])))
+    elif event == "open" and isinstance(arguments[0], str) and arguments[1] not in (None, "r"):
+        _EVENTS[-1].append(("write", arguments[0]))
+    elif event == syncfs.AUDIT_EVENT:
+        _EVENTS[-1].append(("syncfs", ""))
+
+
+@pytest.fixture
+def events() -> Iterator[list[tuple[str, str]]]:
+    if not getattr(sys, "_contrast_bundle_audit", False):
+        sys.addaudithook(_record)
+        sys._contrast_bundle_audit = True  # type: ignore[attr-defined]
+    recorded: list[tuple[str, str]] = []
+    _EVENTS.append(recorded)
+    yield recorded
+    _EVENTS.remove(recorded)
+
+
+@pytest.mark.parametrize("with_syncfs", [True, False], ids=["syncfs", "fsync-each"])
+def test_the_copy_is_on_disk_before_its_name_says_complete(
+    tmp_path: Path,
+    events: list[tuple[str, str]],
+    monkeypatch: pytest.MonkeyPatch,
+    with_syncfs: bool,
+) -> None:
+    """A crash after the rename must not find a complete-looking copy with files the disk never
+    got: one syncfs of the staged tree's file system (or, where syncfs reports no errors, an
+    fsync of every file and directory) comes after its last write and before the rename."""
+    assert syncfs.available(), "this kernel's syncfs reports no writeback errors"
+    if not with_syncfs:
+        monkeypatch.setattr(syncfs, "available", lambda: False)
+        fsync = os.fsync
+
+        def recording_fsync(descriptor: int) -> None:
+            events.append(("fsync", os.readlink(f"/proc/self/fd/{descriptor}")))
+            fsync(descriptor)
+
+        monkeypatch.setattr(os, "fsync", recording_fsync)
+    install_dir = PurePosixPath(tmp_path / "handler")
+    with Resolver(Path("/")) as host:
+        wrapper, copied = install_bundle(host, install_dir, sites=[SRC])
+    assert copied
+    home = Path(wrapper).parents[1]
+    renames = [i for i, (kind, target) in enumerate(events) if kind == "rename"]
+    assert [events[i][1] for i in renames] == [home.name]
+    writes = [i for i, (kind, _) in enumerate(events) if kind == "write"]
+    assert len(writes) > 1000
+    if with_syncfs:
+        syncs = [i for i, (kind, _) in enumerate(events) if kind == "syncfs"]
+        assert len(syncs) == 1
+        assert writes[-1] < syncs[0] < renames[0]
+    else:
+        staged = f"{install_dir}/.{home.name}.staging-"
+        syncs = [i for i, (kind, path) in enumerate(events) if path.startswith(staged)]
+        assert {events[i][0] for i in syncs} == {"fsync"}
+        assert writes[-1] < syncs[0]
+        assert syncs[-1] < renames[0]
+        name = events[syncs[0]][1][len(f"{install_dir}/") :].split("/")[0]
+        synced = {events[i][1].replace(name, home.name, 1) for i in syncs}
+        assert synced == {str(p) for p in home.rglob("*")} | {str(home)}

@@ -18,8 +18,9 @@ the runtime's directory, `/opt/edgeless/<handler>/python-<digest>/`:
 
 No chroot: runc runs the launcher in the node's mount namespace and must see the node's paths
 (bundles, the runtime's state, the pods' root file systems), so the bundle is relocated instead.
-The directory is named after a digest of its content and made by one rename of a staged tree, so
-a present bundle is complete and a re-run of the same image copies nothing. An upgrade's installer
+The directory is named after a digest of its content and made by one rename of a staged tree,
+synced to disk first, so a present bundle is complete (after a crash too) and a re-run of the same
+image copies nothing. An upgrade's installer
 adds its own copy; `bundleprune` removes the others once no process uses them. Both hold an
 `flock` on the handler's directory, so a staging directory seen under the lock is no install's
 work in progress.
@@ -42,6 +43,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from contrast import syncfs
 from contrast.nodeinstaller.errors import NodeInstallerError
 from contrast.nodeinstaller.hostroot import Resolver
 
@@ -228,7 +230,10 @@ def _copy(bundle: Bundle, parent: int, home: PurePosixPath) -> None:
     staging = partial_name(bundle.name, "staging")
     os.mkdir(staging, 0o755, dir_fd=parent)
     staged = Path(f"/proc/self/fd/{parent}") / staging  # made just now: no links in it
+    file_systems = syncfs.FileSystems() if syncfs.available() else None
     try:
+        if file_systems is not None:
+            file_systems.add(staged)  # before the first write there (syncfs's docstring)
         for file in bundle.files:
             target = staged / file.relative
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -237,6 +242,7 @@ def _copy(bundle: Bundle, parent: int, home: PurePosixPath) -> None:
         (staged / WRAPPER).write_bytes(wrapper_script(home, bundle))
         os.chmod(staged / WRAPPER, 0o755)  # noqa: S103 (runc, as root, runs it; not secret)
         os.chmod(staged, 0o755)  # noqa: S103 (as /opt/edgeless/<handler> itself)
+        _sync(staged, file_systems)  # the name says complete: so must the disk, after a crash
         os.rename(staging, bundle.name, src_dir_fd=parent, dst_dir_fd=parent)
         os.fsync(parent)
     except OSError as error:
@@ -244,4 +250,21 @@ def _copy(bundle: Bundle, parent: int, home: PurePosixPath) -> None:
             f"cannot copy the installer's Python to {home}: {error.strerror or error}"
         ) from None
     finally:
+        if file_systems is not None:
+            file_systems.close()
         shutil.rmtree(staged, ignore_errors=True)
+
+
+def _sync(staged: Path, file_systems: syncfs.FileSystems | None) -> None:
+    """Every file and directory of the staged tree on disk: one `syncfs`, or where it cannot
+    report errors (Linux before 5.8) an `fsync` of each."""
+    if file_systems is not None:
+        file_systems.sync()
+        return
+    for directory, _, names in os.walk(staged):
+        for path in [directory, *(os.path.join(directory, name) for name in names)]:
+            descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
