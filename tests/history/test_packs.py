@@ -9,6 +9,7 @@ deltas (length-prefixed documents) are still read.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import zlib
@@ -27,6 +28,7 @@ from contrast.history.history import (
     _common_prefix,
     _common_suffix,
     digest,
+    digests,
 )
 from contrast.history.store import MemoryStore, Store
 from tests.kube.backends import StoreFactory, new_store
@@ -351,3 +353,21 @@ def mutated(rnd: random.Random, base: bytes) -> bytes:
         elif data:
             data[min(at, len(data) - 1)] ^= 1
     return bytes(data)
+
+
+def test_digests_are_each_documents_sha256() -> None:
+    """`digests`, which hashes the prefix documents share once, gives each document's own
+    sha256: for documents alike (a long shared start, then each its own bytes), unlike, small,
+    empty, and a document differing from the one before inside what they otherwise share."""
+    rnd = random.Random(7)
+    for _ in range(300):
+        base = rnd.randbytes(rnd.choice([0, 100, 5000, 60_000]))
+        docs = [
+            mutated(rnd, base) if rnd.random() < 0.8 else rnd.randbytes(rnd.randint(0, 9000))
+            for _ in range(rnd.randint(0, 30))
+        ]
+        assert digests(docs) == [hashlib.sha256(document).digest() for document in docs]
+    rules = rnd.randbytes(50_000)
+    alike = [rules + b"%d" % index for index in range(50)]
+    alike[30] = rules[:9000] + b"!" + rules[9001:] + b"30"
+    assert digests(alike) == [hashlib.sha256(document).digest() for document in alike]

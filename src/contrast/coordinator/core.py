@@ -48,7 +48,14 @@ from contrast.coordinator.errors import (
 from contrast.coordinator.metrics import CoordinatorMetrics
 from contrast.coordinator.nonces import NonceRegistry
 from contrast.history.errors import BadSignature, ConcurrentUpdate, DamagedEntry, HistoryError
-from contrast.history.history import ZERO_HASH, History, LatestTransition, Transition, digest
+from contrast.history.history import (
+    ZERO_HASH,
+    History,
+    LatestTransition,
+    Transition,
+    digest,
+    digests,
+)
 from contrast.manifest.errors import ManifestError
 from contrast.manifest.model import Manifest, Role
 from contrast.manifest.ownership import OwnershipError, verify_update
@@ -481,7 +488,8 @@ class Coordinator:
             verifier = self._verifier_for(manifest)
         except ManifestError as error:
             raise InvalidRequest(error.explain()) from None
-        documents = {digest(policy).hex(): policy for policy in policies}
+        names = digests(policies)  # each one's sha256, the rules they share hashed once
+        documents = {name.hex(): policy for name, policy in zip(names, policies, strict=True)}
         missing = sorted(set(manifest.policies) - set(documents))
         if missing:
             raise InvalidRequest(

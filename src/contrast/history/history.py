@@ -55,7 +55,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -105,6 +105,8 @@ MAXIMUM_CHUNKED_SIZE = 256 * 1024 * 1024
 _LENGTH = 4
 _COUNT = 8
 GENERATION_LABEL = b"contrast-history-generation-v1\n"
+# A shared prefix shorter than this is hashed with the rest, not kept (`_PrefixHashes`).
+_SHARED_HASHED = 4096
 # Transitions written and counts read or written by one History, kept for the next update.
 _REMEMBERED = 16
 
@@ -120,6 +122,54 @@ def check_size(what: str, data: bytes) -> None:
 
 def digest(data: bytes) -> bytes:
     return hashlib.sha256(data).digest()
+
+
+class _PrefixHashes:
+    """sha256 of documents that begin with part of one reference, that part hashed once.
+
+    A manifest's generated policies begin with the same ~44 KB (the rules): the hash state after
+    `reference[:n]` is kept (for a few lengths n) and copied, and only the rest of each document
+    is hashed. Callers compare that part of the document with the reference first (a memcmp), so
+    each result is exactly the document's sha256.
+    """
+
+    def __init__(self, reference: memoryview) -> None:
+        self._reference = reference
+        self._states: dict[int, hashlib._Hash] = {}
+
+    def digest(self, prefix: int, *rest: bytes | memoryview) -> bytes:
+        """The sha256 of `reference[:prefix]` followed by `rest`."""
+        if prefix < _SHARED_HASHED:
+            state = hashlib.sha256(self._reference[:prefix])
+        else:
+            kept = self._states.get(prefix)
+            if kept is None:
+                if len(self._states) >= _REMEMBERED:
+                    self._states.clear()
+                kept = self._states[prefix] = hashlib.sha256(self._reference[:prefix])
+            state = kept.copy()
+        for part in rest:
+            state.update(part)
+        return state.digest()
+
+
+def digests(documents: Sequence[bytes]) -> list[bytes]:
+    """Each document's sha256, in order, the prefix each shares with a reference hashed once
+    (`_PrefixHashes`; at 10 000 generated policies 130 MB hashed instead of 568 MB). The
+    reference is the last document that shared less than `_SHARED_HASHED` with the one before:
+    the first real-size policy after a small one, every one of documents that are not alike."""
+    reference = memoryview(b"")
+    hashes = _PrefixHashes(reference)
+    names: list[bytes] = []
+    prefix = 0
+    for document in documents:
+        prefix = _common_prefix(document, reference, min(len(document), len(reference)), prefix)
+        if prefix < _SHARED_HASHED:
+            reference = memoryview(document)
+            hashes = _PrefixHashes(reference)
+            prefix = len(document)
+        names.append(hashes.digest(prefix, memoryview(document)[prefix:]))
+    return names
 
 
 @dataclass(frozen=True)
@@ -213,10 +263,10 @@ def transition_hashes(manifests: list[bytes], *, start: bytes = ZERO_HASH) -> li
     return chain
 
 
-def _unpack(data: bytes, name: bytes) -> Iterator[bytes]:
-    """The documents of a pack, in order: a delta pack (`PACK_MAGIC`) or one written before
-    (length-prefixed documents, whose first byte is a length's zero); framing that reaches past
-    the pack's end, or a delta past its reference, is damage."""
+def _unpack(data: bytes, name: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """The documents of a pack, in order, each with its sha256: a delta pack (`PACK_MAGIC`) or
+    one written before (length-prefixed documents, whose first byte is a length's zero); framing
+    that reaches past the pack's end, or a delta past its reference, is damage."""
     if data.startswith(PACK_MAGIC):
         yield from _undelta(data, name)
         return
@@ -225,7 +275,8 @@ def _unpack(data: bytes, name: bytes) -> Iterator[bytes]:
         end = at + _LENGTH + int.from_bytes(data[at : at + _LENGTH], "big")
         if end > len(data):
             raise DamagedEntry(f"the policy pack {name.hex()} is truncated")
-        yield data[at + _LENGTH : end]
+        document = data[at + _LENGTH : end]
+        yield digest(document), document
         at = end
 
 
@@ -243,7 +294,7 @@ def _inflated(data: bytes, name: bytes) -> bytes:
     return body
 
 
-def _undelta(data: bytes, name: bytes) -> Iterator[bytes]:
+def _undelta(data: bytes, name: bytes) -> Iterator[tuple[bytes, bytes]]:
     body = _inflated(data, name)
     view = memoryview(body)
     reference_end = _LENGTH + int.from_bytes(view[:_LENGTH], "big")
@@ -251,6 +302,7 @@ def _undelta(data: bytes, name: bytes) -> Iterator[bytes]:
         raise DamagedEntry(f"the policy pack {name.hex()} is truncated")
     reference = view[_LENGTH:reference_end]
     size = len(reference)
+    hashes = _PrefixHashes(reference)  # each document's prefix is the reference's, as rebuilt
     at = reference_end
     while at < len(body):
         if at + _DELTA.size > len(body):
@@ -261,7 +313,8 @@ def _undelta(data: bytes, name: bytes) -> Iterator[bytes]:
             raise DamagedEntry(f"the policy pack {name.hex()} is truncated")
         if prefix + suffix > size:
             raise DamagedEntry(f"the policy pack {name.hex()} has a delta past its reference")
-        yield b"".join((reference[:prefix], view[at : at + middle], reference[size - suffix :]))
+        parts = (view[at : at + middle], reference[size - suffix :])
+        yield hashes.digest(prefix, *parts), b"".join((reference[:prefix], *parts))
         at += middle
 
 
@@ -578,8 +631,7 @@ class History:
         for pack_hash, members in index:
             if missing.isdisjoint(members):
                 continue
-            for document in _unpack(self._get_addressed("packs", pack_hash), pack_hash):
-                name = digest(document)
+            for name, document in _unpack(self._get_addressed("packs", pack_hash), pack_hash):
                 if name in missing:
                     found[name] = document
                     missing.discard(name)
