@@ -280,6 +280,14 @@ def delta(prefix: int, suffix: int, middle: bytes) -> bytes:
         (b"", PACK_MAGIC + zlib.compress(b"\0" * 1000)[:-3], "truncated"),
         (b"", PACK_MAGIC + zlib.compress(b"\0" * 1000) + b"x", "truncated"),
         (b"", PACK_MAGIC + zlib.compress(bytes(MAXIMUM_INFLATED + 1)), "inflates past"),
+        # A reference no document could be (each delta could rebuild that much), and more
+        # documents than the index lists for the pack (3).
+        (
+            (MAXIMUM_ENTRY_SIZE + 1).to_bytes(4, "big") + bytes(MAXIMUM_ENTRY_SIZE + 1),
+            None,
+            "reference larger than an entry",
+        ),
+        ((3).to_bytes(4, "big") + b"ref" + delta(3, 0, b"") * 4, None, "more documents"),
     ],
 )
 def test_a_delta_pack_framed_wrong_is_damage(body: bytes, raw: bytes | None, message: str) -> None:

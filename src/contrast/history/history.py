@@ -302,6 +302,8 @@ def _undelta(data: bytes, name: bytes) -> Iterator[tuple[bytes, bytes]]:
         raise DamagedEntry(f"the policy pack {name.hex()} is truncated")
     reference = view[_LENGTH:reference_end]
     size = len(reference)
+    if size > MAXIMUM_ENTRY_SIZE:  # no document was: each delta would rebuild up to this much
+        raise DamagedEntry(f"the policy pack {name.hex()} has a reference larger than an entry")
     hashes = _PrefixHashes(reference)  # each document's prefix is the reference's, as rebuilt
     at = reference_end
     while at < len(body):
@@ -631,7 +633,13 @@ class History:
         for pack_hash, members in index:
             if missing.isdisjoint(members):
                 continue
-            for name, document in _unpack(self._get_addressed("packs", pack_hash), pack_hash):
+            pack = self._get_addressed("packs", pack_hash)
+            for count, (name, document) in enumerate(_unpack(pack, pack_hash), 1):
+                if count > len(members):  # a delta of a few bytes may rebuild a large document
+                    raise DamagedEntry(
+                        f"the policy pack {pack_hash.hex()} holds more documents than its index"
+                        f" lists ({len(members)})"
+                    )
                 if name in missing:
                     found[name] = document
                     missing.discard(name)
