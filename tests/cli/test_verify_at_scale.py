@@ -8,14 +8,12 @@ after it, `verify/`'s head last), and warns for `web` alone, from the documents 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from contrast import syncfs
 from contrast.atls.identity import TlsIdentity
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.client import operations
@@ -24,34 +22,16 @@ from contrast.coordinator.core import utc_now
 from contrast.coordinator.server import CoordinatorServer, Ports
 from contrast.history.history import digest
 from contrast.policy.initdata import INSECURE_DEBUG_ENTRY, Initdata
+from tests import fileevents
 from tests.coordinator.conftest import Deployment, policy, policy_hash
 from tests.coordinator.crash_step_worker import LARGE, large_policy
 
 NAMES = ("coordinator", "web", *LARGE)
 
-_EVENTS: list[list[tuple[str, str]]] = []  # of the current test (a hook is never removed)
-
-
-def _record(event: str, arguments: tuple[object, ...]) -> None:
-    if not _EVENTS:
-        return
-    if event == "os.rename":
-        _EVENTS[-1].append(("rename", str(arguments[1])))
-    elif event == "open" and isinstance(arguments[0], str):
-        _EVENTS[-1].append(("open", arguments[0]))
-    elif event == syncfs.AUDIT_EVENT:
-        _EVENTS[-1].append(("syncfs", ""))
-
 
 @pytest.fixture
 def events() -> Iterator[list[tuple[str, str]]]:
-    if not getattr(sys, "_contrast_verify_audit", False):
-        sys.addaudithook(_record)
-        sys._contrast_verify_audit = True  # type: ignore[attr-defined]
-    recorded: list[tuple[str, str]] = []
-    _EVENTS.append(recorded)
-    yield recorded
-    _EVENTS.remove(recorded)
+    yield from fileevents.recording()
 
 
 def test_verify_of_10000_policies_syncs_once_and_warns_for_the_debug_policy(

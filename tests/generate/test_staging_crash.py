@@ -24,35 +24,16 @@ import pytest
 from contrast import syncfs
 from contrast.generate.staging import StagedWrites
 from contrast.kuberesource import yamlio
+from tests import fileevents
 
 COUNT = 12
 OLD = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings-{index}\ndata:\n  a: '1'\n"
 NEW = OLD + "  b: '2'\n"
 
-# Audit events of the current test (hooks cannot be removed: one per process, idle outside).
-_EVENTS: list[list[tuple[str, str]]] = []
-
-
-def _record(event: str, arguments: tuple[object, ...]) -> None:
-    if not _EVENTS:
-        return
-    if event == "os.rename":
-        _EVENTS[-1].append(("rename", str(arguments[1])))
-    elif event == "open" and isinstance(arguments[0], str):
-        _EVENTS[-1].append(("open", arguments[0]))
-    elif event == syncfs.AUDIT_EVENT:
-        _EVENTS[-1].append(("syncfs", ""))
-
 
 @pytest.fixture
 def events() -> Iterator[list[tuple[str, str]]]:
-    if not getattr(sys, "_contrast_staging_audit", False):
-        sys.addaudithook(_record)
-        sys._contrast_staging_audit = True  # type: ignore[attr-defined]
-    recorded: list[tuple[str, str]] = []
-    _EVENTS.append(recorded)
-    yield recorded
-    _EVENTS.remove(recorded)
+    yield from fileevents.recording()
 
 
 def _files(directory: Path) -> list[yamlio.ResourceFile]:

@@ -40,6 +40,7 @@ from contrast.history.history import (
     digest,
 )
 from contrast.history.store import FileSystemStore
+from tests import fileevents
 from tests.conftest import REPO
 from tests.coordinator.crash_step_worker import (
     SHARES,
@@ -56,19 +57,6 @@ __all__ = ["new_store"]
 POLICIES = 10_000
 BATCHED = ("packs", "policyindexes", "policysets", "chunks", "manifests")
 
-_EVENTS: list[list[tuple[str, str]]] = []  # of the current test (a hook is never removed)
-
-
-def _record(event: str, arguments: tuple[object, ...]) -> None:
-    if not _EVENTS:
-        return
-    if event == "os.rename":
-        _EVENTS[-1].append(("rename", str(arguments[1])))
-    elif event == "open" and isinstance(arguments[0], str):
-        _EVENTS[-1].append(("open", arguments[0]))
-    elif event == syncfs.AUDIT_EVENT:
-        _EVENTS[-1].append(("syncfs", ""))
-
 
 @pytest.fixture(scope="module")
 def tee_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -82,13 +70,7 @@ def seedshare_key() -> rsa.RSAPrivateKey:
 
 @pytest.fixture
 def events() -> Iterator[list[tuple[str, str]]]:
-    if not getattr(sys, "_contrast_batches_audit", False):
-        sys.addaudithook(_record)
-        sys._contrast_batches_audit = True  # type: ignore[attr-defined]
-    recorded: list[tuple[str, str]] = []
-    _EVENTS.append(recorded)
-    yield recorded
-    _EVENTS.remove(recorded)
+    yield from fileevents.recording()
 
 
 def documents(count: int) -> dict[bytes, bytes]:

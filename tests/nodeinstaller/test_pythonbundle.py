@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path, PurePosixPath
 
@@ -21,6 +20,7 @@ import pytest
 from contrast import syncfs
 from contrast.nodeinstaller.hostroot import Resolver
 from contrast.nodeinstaller.pythonbundle import install_bundle
+from tests import fileevents
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 PROBE = """
@@ -63,30 +63,9 @@ def test_the_bundle_runs_its_own_loader_libraries_and_stdlib(tmp_path: Path) -> 
     assert outside == [], f"libraries mapped from outside the bundle: {outside}"
 
 
-# Audit events of the current test (hooks cannot be removed: one per process, idle outside).
-_EVENTS: list[list[tuple[str, str]]] = []
-
-
-def _record(event: str, arguments: tuple[object, ...]) -> None:
-    if not _EVENTS:
-        return
-    if event == "os.rename":
-        _EVENTS[-1].append(("rename", str(arguments[1])))
-    elif event == "open" and isinstance(arguments[0], str) and arguments[1] not in (None, "r"):
-        _EVENTS[-1].append(("write", arguments[0]))
-    elif event == syncfs.AUDIT_EVENT:
-        _EVENTS[-1].append(("syncfs", ""))
-
-
 @pytest.fixture
 def events() -> Iterator[list[tuple[str, str]]]:
-    if not getattr(sys, "_contrast_bundle_audit", False):
-        sys.addaudithook(_record)
-        sys._contrast_bundle_audit = True  # type: ignore[attr-defined]
-    recorded: list[tuple[str, str]] = []
-    _EVENTS.append(recorded)
-    yield recorded
-    _EVENTS.remove(recorded)
+    yield from fileevents.recording(fileevents.writes)
 
 
 @pytest.mark.parametrize("with_syncfs", [True, False], ids=["syncfs", "fsync-each"])
