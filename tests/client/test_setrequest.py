@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contrast.api import userapi_pb2
-from contrast.client.setrequest import SetRequest, _varint
+from contrast.api.wire import varint as _varint
+from contrast.client.setrequest import SetRequest
 
 
 def _protobuf(request: SetRequest) -> bytes:

@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from contrast.api import meshapi_pb2, services, userapi_pb2
 from contrast.api.convert import evidence_from_proto, evidence_to_proto, seed_shares_to_proto
+from contrast.api.wire import SetManifest
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import NONCE_SIZE, report_data
@@ -49,14 +50,14 @@ class UserApi:
         return userapi_pb2.AttestResponse(Evidence=evidence_to_proto(evidence))
 
     def set_manifest(
-        self, request: userapi_pb2.SetManifestRequest, context: grpc.ServicerContext
+        self, request: SetManifest, context: grpc.ServicerContext
     ) -> userapi_pb2.SetManifestResponse:
         result = self._coordinator.set_manifest(
-            request.Manifest,
-            list(request.Policies),
-            previous_transition_hash=request.PreviousTransitionHash,
-            owner_public_key=request.WorkloadOwnerPublicKey,
-            signature=request.Signature,
+            request.manifest,
+            request.policies,
+            previous_transition_hash=request.previous_transition_hash,
+            owner_public_key=request.workload_owner_public_key,
+            signature=request.signature,
         )
         log.info("manifest set (generation %s)", self._coordinator.generation)
         response = userapi_pb2.SetManifestResponse(RootCA=result.root_ca, MeshCA=result.mesh_ca)

@@ -1,0 +1,203 @@
+"""Protobuf's wire format by hand, for the two UserAPI messages that carry every policy document.
+
+At 10 000 generated workloads a SetManifest request carries about 545 MB of initdata. Through
+protobuf (upb) both sides copy it over and over: the client built the message and serialised it
+(three copies), the Coordinator parsed it (0.34-0.46 s) and then copied every document once more
+out of the message (`list(request.Policies)`, 0.39-0.47 s). The message is five length-delimited
+fields, so both ends are written here: `SetManifest.encode` gives exactly protobuf's
+serialisation (fields in number order, empty ones left out, as proto3 writes them), and
+`SetManifest.parse` reads what upb reads, each document copied once out of the received bytes,
+and refuses what upb refuses (tests/api/test_wire.py compares the two on generated and mutated
+encodings):
+
+- a varint cut short or longer than 10 bytes (a tag or a length: longer than 5 bytes, or a tag
+  of 2^32 or more); field number 0; wire types 6 and 7; a length past the end of the message;
+  a fixed32/fixed64 cut short (field number 0 passes inside an unknown group, as in upb);
+- an end-group with no start-group, a group closed by another field's end-group or not closed,
+  and groups nested deeper than protobuf's recursion limit (100).
+
+Unknown fields are skipped as protobuf skips them (varint, fixed64, length-delimited, groups,
+fixed32), and so is a known field with another wire type than its own (protobuf keeps it as an
+unknown field). Of a singular field given more than once, the last one counts.
+
+The field numbers are userapi.proto's; `tests/api/test_wire.py` checks them against the
+generated descriptors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from contrast.api import userapi_pb2
+from contrast.errors import ContrastError
+
+VARINT, FIXED64, LENGTH_DELIMITED, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
+# protobuf's default recursion limit, which bounds nested groups in unknown fields as well.
+GROUP_DEPTH_LIMIT = 100
+
+
+class MalformedMessage(ContrastError):
+    """Bytes that are not a protobuf encoding of the message they should be."""
+
+
+def varint(value: int) -> bytes:
+    """`value` (not negative) as a protobuf varint."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def tag(number: int, wire_type: int) -> bytes:
+    return varint(number << 3 | wire_type)
+
+
+def bytes_field(number: int, value: bytes) -> list[bytes]:
+    """A singular bytes field as proto3 writes it: nothing when empty (implicit presence)."""
+    return [tag(number, LENGTH_DELIMITED), varint(len(value)), value] if value else []
+
+
+def repeated_bytes_field(number: int, values: Sequence[bytes]) -> list[bytes]:
+    """A repeated bytes field: every value (an empty one too) with its tag and length."""
+    prefix = tag(number, LENGTH_DELIMITED)
+    parts: list[bytes] = []
+    for value in values:
+        parts += (prefix + varint(len(value)), value)
+    return parts
+
+
+def read_varint(data: bytes, position: int, *, max_bytes: int = 10) -> tuple[int, int]:
+    """The varint at `position` and the position after it. Like upb, bits past 64 are dropped
+    rather than refused; more than `max_bytes` bytes or the end of `data` is malformed."""
+    result = 0
+    shift = 0
+    end = min(len(data), position + max_bytes)
+    while position < end:
+        byte = data[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, position
+        shift += 7
+    if position >= len(data):
+        raise MalformedMessage("a varint is cut short")
+    raise MalformedMessage(f"a varint is longer than {max_bytes} bytes")
+
+
+def read_tag(data: bytes, position: int, *, in_group: bool = False) -> tuple[int, int, int]:
+    """(field number, wire type, position after the tag); refuses what upb refuses. Inside a
+    skipped group upb reads the tags without looking at the number, so 0 passes there."""
+    if position < len(data) and data[position] < 0x80:  # the usual one-byte tag
+        key, position = data[position], position + 1
+    else:
+        key, position = read_varint(data, position, max_bytes=5)
+        if key >> 32:
+            raise MalformedMessage("a tag is larger than 32 bits")
+    number, wire_type = key >> 3, key & 7
+    if number == 0 and not in_group:
+        raise MalformedMessage("a field has number 0")
+    if wire_type > FIXED32:
+        raise MalformedMessage(f"a field has wire type {wire_type}")
+    return number, wire_type, position
+
+
+def read_length(data: bytes, position: int) -> tuple[int, int]:
+    """The length at `position` and the position after it; the bytes must be there."""
+    length, position = read_varint(data, position, max_bytes=5)
+    if length > len(data) - position:
+        raise MalformedMessage("a length-delimited field runs past the end of the message")
+    return length, position
+
+
+def skip_field(data: bytes, position: int, number: int, wire_type: int, depth: int = 0) -> int:
+    """The position after the value of a field whose tag ended at `position` (an unknown field,
+    or a known one with another wire type); `depth` is the groups it is nested in."""
+    if wire_type == VARINT:
+        return read_varint(data, position)[1]
+    if wire_type == LENGTH_DELIMITED:
+        length, position = read_length(data, position)
+        return position + length
+    if wire_type in (FIXED64, FIXED32):
+        end = position + (8 if wire_type == FIXED64 else 4)
+        if end > len(data):
+            raise MalformedMessage("a fixed-size field is cut short")
+        return end
+    if wire_type == END_GROUP:
+        raise MalformedMessage("an end-group has no start-group")
+    # START_GROUP: fields up to the end-group of the same number.
+    depth += 1
+    if depth > GROUP_DEPTH_LIMIT:
+        raise MalformedMessage(f"groups are nested deeper than {GROUP_DEPTH_LIMIT}")
+    while position < len(data):
+        inner, inner_type, position = read_tag(data, position, in_group=True)
+        if inner_type == END_GROUP:
+            if inner != number:
+                raise MalformedMessage("a group is closed by another field's end-group")
+            return position
+        position = skip_field(data, position, inner, inner_type, depth)
+    raise MalformedMessage("a group is not closed")
+
+
+@dataclass(frozen=True)
+class SetManifest:
+    """A SetManifestRequest (userapi.proto) as plain bytes: `encode` and `parse` are its wire
+    form, without a protobuf message in between."""
+
+    manifest: bytes
+    policies: Sequence[bytes]
+    previous_transition_hash: bytes = b""
+    workload_owner_public_key: bytes = b""
+    signature: bytes = b""
+
+    MANIFEST: ClassVar[int] = 1
+    POLICIES: ClassVar[int] = 2
+    PREVIOUS_TRANSITION_HASH: ClassVar[int] = 3
+    WORKLOAD_OWNER_PUBLIC_KEY: ClassVar[int] = 4
+    SIGNATURE: ClassVar[int] = 5
+    # The message `parse` reads: the Coordinator's status interceptor names it in its refusal
+    # ("the request is not a contrast.userapi.SetManifestRequest message"), as for protobuf's.
+    DESCRIPTOR: ClassVar[object] = userapi_pb2.SetManifestRequest.DESCRIPTOR
+
+    def encode(self) -> bytes:
+        """Exactly `SerializeToString()` of the same SetManifestRequest, joined once."""
+        return b"".join(
+            [
+                *bytes_field(self.MANIFEST, self.manifest),
+                *repeated_bytes_field(self.POLICIES, self.policies),
+                *bytes_field(self.PREVIOUS_TRANSITION_HASH, self.previous_transition_hash),
+                *bytes_field(self.WORKLOAD_OWNER_PUBLIC_KEY, self.workload_owner_public_key),
+                *bytes_field(self.SIGNATURE, self.signature),
+            ]
+        )
+
+    @classmethod
+    def parse(cls, data: bytes) -> SetManifest:
+        """The request `data` encodes, each document one copy of its bytes; what upb refuses
+        raises `MalformedMessage`."""
+        singular: dict[int, bytes] = {}
+        policies: list[bytes] = []
+        position = 0
+        end = len(data)
+        while position < end:
+            number, wire_type, position = read_tag(data, position)
+            if wire_type != LENGTH_DELIMITED or number > cls.SIGNATURE:
+                position = skip_field(data, position, number, wire_type)
+                continue
+            length, position = read_length(data, position)
+            value = data[position : position + length]
+            position += length
+            if number == cls.POLICIES:
+                policies.append(value)
+            else:
+                singular[number] = value  # the last one counts, as in protobuf
+        return cls(
+            manifest=singular.get(cls.MANIFEST, b""),
+            policies=policies,
+            previous_transition_hash=singular.get(cls.PREVIOUS_TRANSITION_HASH, b""),
+            workload_owner_public_key=singular.get(cls.WORKLOAD_OWNER_PUBLIC_KEY, b""),
+            signature=singular.get(cls.SIGNATURE, b""),
+        )
