@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from contrast.api import services, userapi_pb2, wire
-from contrast.api.wire import MalformedMessage, SetManifest
+from contrast.api.wire import MalformedMessage, ManifestsResponse, SetManifest
 from contrast.attestation.emulated.snp import EmulatedSnp
 from contrast.client.setrequest import set_manifest
 from tests.coordinator.conftest import Deployment, policy
@@ -75,6 +75,65 @@ def test_field_numbers_are_the_protos() -> None:
         "Signature": SetManifest.SIGNATURE,
     }
     assert all(field.type == field.TYPE_BYTES for field in fields.values())
+
+
+def test_the_response_field_numbers_are_the_protos() -> None:
+    fields = userapi_pb2.GetManifestsResponse.DESCRIPTOR.fields_by_name
+    assert {name: field.number for name, field in fields.items()} == {
+        "Manifests": ManifestsResponse.MANIFESTS,
+        "Policies": ManifestsResponse.POLICIES,
+        "RootCA": ManifestsResponse.ROOT_CA,
+        "MeshCA": ManifestsResponse.MESH_CA,
+        "LatestTransition": ManifestsResponse.LATEST_TRANSITION,
+        "PreviousTransitionHash": ManifestsResponse.PREVIOUS_TRANSITION_HASH,
+        "Generation": ManifestsResponse.GENERATION,
+    }
+    signed = userapi_pb2.SignedTransition.DESCRIPTOR.fields_by_name
+    assert (signed["TransitionHash"].number, signed["Signature"].number) == (1, 2)
+
+
+def _protobuf_response(response: ManifestsResponse) -> bytes:
+    return userapi_pb2.GetManifestsResponse(
+        Manifests=response.manifests,
+        Policies=response.policies,
+        RootCA=response.root_ca,
+        MeshCA=response.mesh_ca,
+        LatestTransition=userapi_pb2.SignedTransition(
+            TransitionHash=response.transition_hash, Signature=response.signature
+        ),
+        PreviousTransitionHash=response.previous_transition_hash,
+        Generation=response.generation,
+    ).SerializeToString()
+
+
+@given(
+    response=st.builds(
+        ManifestsResponse,
+        manifests=st.lists(st.binary(max_size=200), max_size=4),
+        policies=st.lists(st.binary(max_size=200), max_size=6),
+        root_ca=st.binary(max_size=40),
+        mesh_ca=st.binary(max_size=40),
+        transition_hash=st.binary(max_size=40),
+        signature=st.binary(max_size=140),
+        previous_transition_hash=st.binary(max_size=40),
+        generation=st.one_of(st.integers(0, 300), st.integers(0, 2**64 - 1)),
+    )
+)
+@settings(max_examples=400)
+def test_the_response_bytes_are_protobufs(response: ManifestsResponse) -> None:
+    encoded = response.encode()
+    assert encoded == _protobuf_response(response)
+    parsed = userapi_pb2.GetManifestsResponse.FromString(encoded)
+    assert list(parsed.Policies) == list(response.policies)
+    assert parsed.Generation == response.generation
+
+
+def test_a_response_of_generated_size_documents_is_protobufs() -> None:
+    documents = [bytes([index % 251]) * size for index, size in enumerate((0, 127, 128, 54_295))]
+    response = ManifestsResponse(
+        [b"{}" * 70_000], documents * 30, b"r" * 600, b"m" * 600, b"h" * 32, b"s" * 103, b"", 1
+    )
+    assert response.encode() == _protobuf_response(response)
 
 
 def _padded_varint(value: int, padding: int) -> bytes:

@@ -14,7 +14,7 @@ import grpc
 from google.protobuf.message import Message
 
 from contrast.api import meshapi_pb2, userapi_pb2
-from contrast.api.wire import SetManifest
+from contrast.api.wire import ManifestsResponse, SetManifest
 
 Request = TypeVar("Request", bound=Message)
 Response = TypeVar("Response", bound=Message)
@@ -89,7 +89,7 @@ class UserApiServicer(Protocol):
 
     def get_manifests(
         self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
-    ) -> userapi_pb2.GetManifestsResponse: ...
+    ) -> ManifestsResponse: ...
 
     def recover(
         self, request: userapi_pb2.RecoverRequest, context: grpc.ServicerContext
@@ -122,7 +122,12 @@ def user_api_handler(servicer: UserApiServicer) -> grpc.GenericRpcHandler:
                 request_deserializer=SetManifest.parse,
                 response_serializer=SET_MANIFEST.response.SerializeToString,
             ),
-            GET_MANIFESTS.name: GET_MANIFESTS.handler(servicer.get_manifests),
+            # Written by hand likewise: the answer carries every document back (~568 MB).
+            GET_MANIFESTS.name: grpc.unary_unary_rpc_method_handler(
+                servicer.get_manifests,
+                request_deserializer=GET_MANIFESTS.request.FromString,
+                response_serializer=ManifestsResponse.encode,
+            ),
             RECOVER.name: RECOVER.handler(servicer.recover),
         },
     )

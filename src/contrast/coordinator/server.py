@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from contrast.api import meshapi_pb2, services, userapi_pb2
 from contrast.api.convert import evidence_from_proto, evidence_to_proto, seed_shares_to_proto
-from contrast.api.wire import SetManifest
+from contrast.api.wire import ManifestsResponse, SetManifest
 from contrast.atls.identity import TlsIdentity
 from contrast.atls.peer import Issuer
 from contrast.atls.reportdata import NONCE_SIZE, report_data
@@ -67,21 +67,19 @@ class UserApi:
 
     def get_manifests(
         self, request: userapi_pb2.GetManifestsRequest, context: grpc.ServicerContext
-    ) -> userapi_pb2.GetManifestsResponse:
+    ) -> ManifestsResponse:
         history = self._coordinator.get_manifests(
             since=request.Since, policies=not request.WithoutPolicies
         )
-        return userapi_pb2.GetManifestsResponse(
-            Manifests=history.manifests,
-            Policies=history.policies,
-            RootCA=history.root_ca,
-            MeshCA=history.mesh_ca,
-            LatestTransition=userapi_pb2.SignedTransition(
-                TransitionHash=history.latest.transition_hash,
-                Signature=history.latest.signature,
-            ),
-            PreviousTransitionHash=history.previous_transition_hash,
-            Generation=history.generation,
+        return ManifestsResponse(
+            manifests=history.manifests,
+            policies=history.policies,
+            root_ca=history.root_ca,
+            mesh_ca=history.mesh_ca,
+            transition_hash=history.latest.transition_hash,
+            signature=history.latest.signature,
+            previous_transition_hash=history.previous_transition_hash,
+            generation=history.generation,
         )
 
     def recover(
