@@ -1,10 +1,11 @@
 """The hand-written SetManifestRequest parser reads what upb reads and refuses what upb refuses.
 
 Every case is decided by upb itself (`SetManifestRequest.FromString`): generated encodings with
-unknown fields of every wire type (groups nested in groups), known fields under another wire
-type, singular fields given more than once and empty ones, then each of them cut at every length
-and mutated byte by byte. Through gRPC, a real Coordinator takes a request read this way and
-answers bytes that are not one with INVALID_ARGUMENT, naming the message as before.
+unknown fields of every wire type (groups nested in groups, which the parser hands to upb),
+known fields under another wire type, singular fields given more than once and empty ones, then
+each of them cut at every length and mutated byte by byte. Through gRPC, a real Coordinator
+takes a request read this way and answers bytes that are not one with INVALID_ARGUMENT, naming
+the message as before.
 """
 
 from __future__ import annotations
@@ -267,6 +268,28 @@ def test_a_generated_size_request_reads_as_upb_reads_it() -> None:
         b"{}", documents * 20, b"\0" * 32, b"k" * 91, b"s" * 71
     )
     assert agree(encoded)
+
+
+def test_groups_and_messages_of_too_many_fields_are_left_to_upb(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    handed: list[bytes] = []
+    by_upb = SetManifest.parse_with_upb
+
+    def spy(data: bytes) -> SetManifest:
+        handed.append(data)
+        return by_upb(data)
+
+    monkeypatch.setattr(SetManifest, "parse_with_upb", spy)
+    many = b"\x38\x00" * (wire.FIELD_BUDGET - 1) + b"\x0a\x01m"
+    assert agree(many)
+    assert handed == []  # the budget's worth of fields is read here
+    assert agree(many + b"\x12\x01p")
+    assert handed == [many + b"\x12\x01p"]
+    handed.clear()
+    assert agree(b"\x0a\x01m\x33\x34")
+    assert not agree(b"\x0a\x01m\x33")
+    assert handed == [b"\x0a\x01m\x33\x34", b"\x0a\x01m\x33"]
 
 
 @pytest.fixture
