@@ -242,17 +242,29 @@ def test_debug_shell_exec_as_the_howto_says(
                               READY_TIMEOUT)  # fmt: skip
         print(f"the shells Ready {time.monotonic() - began:.1f} s after the start")
 
-        def debug_exec(name: str, *args: str, stdin: str | None = None) -> CompletedProcess[bytes]:
+        def debug_exec(
+            name: str, *args: str, stdin: str | None = None, input_arrives: bool = True
+        ) -> CompletedProcess[bytes]:
             pod = pod_name(cluster, namespace, name)
             interactive = ["-i"] if stdin is not None else []
-            ran = cluster.kubectl(
-                "-n", namespace, "exec", *interactive, pod, "-c", debugshell.NAME, "--", *args,
-                input=None if stdin is None else stdin.encode(), check=False,
-            )  # fmt: skip
-            print(f"kubectl exec {' '.join(interactive)} {pod} -c {debugshell.NAME} --"
-                  f" {' '.join(args)}: exit {ran.returncode}, stdout {ran.stdout.decode()!r},"
-                  f" stderr {ran.stderr.decode()!r}")  # fmt: skip
-            return ran
+            for attempt in (1, 2):
+                ran = cluster.kubectl(
+                    "-n", namespace, "exec", *interactive, pod, "-c", debugshell.NAME, "--",
+                    *args, input=None if stdin is None else stdin.encode(), check=False,
+                )  # fmt: skip
+                print(f"kubectl exec {' '.join(interactive)} {pod} -c {debugshell.NAME} --"
+                      f" {' '.join(args)}: exit {ran.returncode}, stdout {ran.stdout.decode()!r},"
+                      f" stderr {ran.stderr.decode()!r}")  # fmt: skip
+                # A short stdin closed at once is now and then lost between kubectl, the kubelet
+                # and containerd's shim before the process reads it (seen once in four CI runs,
+                # under load, where WriteStreamRequest was allowed): Python then runs an empty
+                # program, exit 0 and no output. Where the input must arrive, that one outcome
+                # is tried once more; a runtime that withholds the input fails both times.
+                lost = stdin is not None and (ran.returncode, ran.stdout) == (0, b"")
+                if not (input_arrives and lost and attempt == 1):
+                    return ran
+                print("the input did not arrive; once more")
+            raise AssertionError("unreachable: the second attempt returns")
 
         # The debug shell: the how-to's exec, the script typed on stdin (WriteStream).
         ran = debug_exec("shell", SHELL, "-", stdin=PROBE)
@@ -274,7 +286,7 @@ def test_debug_shell_exec_as_the_howto_says(
 
         # Without WriteStreamRequest the exec runs but what is typed never reaches it: Python
         # reads an empty program and exits 0 (the same exec that gets it exits 3, above).
-        without_stdin = debug_exec("shell-no-stdin", SHELL, "-", stdin=EXIT_3)
+        without_stdin = debug_exec("shell-no-stdin", SHELL, "-", stdin=EXIT_3, input_arrives=False)
         assert (without_stdin.returncode, without_stdin.stdout) == (0, b"")
         assert debug_exec("shell-no-stdin", *SAY).stdout == b"said\n"
         # Without ReadStreamRequest it runs (its exit status comes back) and nothing it writes.
