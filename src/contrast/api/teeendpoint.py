@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from contrast.api.convert import evidence_from_proto, evidence_to_proto
+from contrast.api.errors import ApiError
 from contrast.api.evidence_pb2 import Evidence as EvidenceMessage
 from contrast.attestation.emulated.socketpath import (
     CONTAINER_DIRECTORY,
@@ -48,7 +49,7 @@ MAX_SOCKET_PATH = 100
 MAX_REQUEST = 64 * 1024
 
 
-class EndpointError(ContrastError):
+class EndpointError(ApiError):
     """The pod's emulated TEE could not be reached, or refused the request."""
 
 

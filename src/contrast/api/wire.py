@@ -39,7 +39,7 @@ from typing import ClassVar
 from google.protobuf.message import DecodeError
 
 from contrast.api import userapi_pb2
-from contrast.errors import ContrastError
+from contrast.api.errors import ApiError
 
 VARINT, FIXED64, LENGTH_DELIMITED, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
 # The fields read here before the message is handed to upb: 10 000 workloads are ~10 005, and
@@ -47,7 +47,7 @@ VARINT, FIXED64, LENGTH_DELIMITED, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3,
 FIELD_BUDGET = 200_000
 
 
-class MalformedMessage(ContrastError):
+class MalformedMessage(ApiError):
     """Bytes that are not a protobuf encoding of the message they should be."""
 
 
